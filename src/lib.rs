@@ -1,0 +1,12 @@
+//! Weir: Kafka Streams for Rust.
+//!
+//! A Kafka-native stream processing library and runtime. An application is a
+//! topology of processors; instances share the work through a Kafka consumer
+//! group, keep local state in RocksDB backed by compacted changelog topics,
+//! and commit results exactly-once with Kafka transactions.
+//!
+//! See `ARCHITECTURE.md` for how a record travels through the system.
+
+#![warn(missing_docs)]
+
+pub mod state;
