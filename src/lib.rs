@@ -9,4 +9,5 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod state;

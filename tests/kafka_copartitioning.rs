@@ -45,13 +45,19 @@ async fn range_assignor_co_locates_equal_partitions_of_two_topics() {
     for member in &assignments {
         let left_parts = member.get(&left).cloned().unwrap_or_default();
         let right_parts = member.get(&right).cloned().unwrap_or_default();
-        assert!(!left_parts.is_empty(), "each member gets work: {assignments:?}");
+        assert!(
+            !left_parts.is_empty(),
+            "each member gets work: {assignments:?}"
+        );
         assert_eq!(
             left_parts, right_parts,
             "a member holds the same partition numbers of both topics: {assignments:?}"
         );
         for p in left_parts {
-            assert!(seen_left.insert(p), "partition {p} assigned twice: {assignments:?}");
+            assert!(
+                seen_left.insert(p),
+                "partition {p} assigned twice: {assignments:?}"
+            );
         }
     }
     assert_eq!(seen_left, (0..4).collect::<HashSet<i32>>());

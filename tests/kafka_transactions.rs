@@ -24,7 +24,9 @@ async fn read_committed_sees_exactly_the_committed_transaction() {
     // Transaction calls block: keep them off the async worker threads.
     tokio::task::spawn_blocking(move || {
         let topic = topic_for_producer;
-        producer.init_transactions(timeout).expect("init_transactions");
+        producer
+            .init_transactions(timeout)
+            .expect("init_transactions");
 
         let send_all = |range: std::ops::Range<u32>, tag: &str| {
             for i in range {
@@ -46,12 +48,16 @@ async fn read_committed_sees_exactly_the_committed_transaction() {
 
         producer.begin_transaction().expect("begin_transaction");
         send_all(0..10_000, "committed");
-        producer.commit_transaction(timeout).expect("commit_transaction");
+        producer
+            .commit_transaction(timeout)
+            .expect("commit_transaction");
 
         producer.begin_transaction().expect("begin_transaction");
         send_all(0..1_000, "aborted");
         producer.flush(timeout).expect("flush before abort");
-        producer.abort_transaction(timeout).expect("abort_transaction");
+        producer
+            .abort_transaction(timeout)
+            .expect("abort_transaction");
     })
     .await
     .expect("producer task panicked");
@@ -62,13 +68,20 @@ async fn read_committed_sees_exactly_the_committed_transaction() {
     })
     .await
     .unwrap();
-    assert_eq!(committed.len(), 10_000, "read_committed must see exactly the committed records");
+    assert_eq!(
+        committed.len(),
+        10_000,
+        "read_committed must see exactly the committed records"
+    );
     let keys: HashSet<String> = committed
         .iter()
         .map(|r| String::from_utf8(r.key.clone().unwrap()).unwrap())
         .collect();
     assert_eq!(keys.len(), 10_000, "no duplicates");
-    assert!(keys.iter().all(|k| k.starts_with("committed-")), "no aborted record is visible");
+    assert!(
+        keys.iter().all(|k| k.starts_with("committed-")),
+        "no aborted record is visible"
+    );
     let partitions: HashSet<i32> = committed.iter().map(|r| r.partition).collect();
     assert_eq!(partitions.len(), 4, "keys spread over all 4 partitions");
 
@@ -79,7 +92,11 @@ async fn read_committed_sees_exactly_the_committed_transaction() {
     })
     .await
     .unwrap();
-    assert_eq!(everything.len(), 11_000, "read_uncommitted sees the aborted records too");
+    assert_eq!(
+        everything.len(),
+        11_000,
+        "read_uncommitted sees the aborted records too"
+    );
 
     common::delete_topics(&[&topic]).await;
 }

@@ -138,14 +138,23 @@ pub trait KeyValueStore: StateStore {
 pub trait WindowStore: StateStore {
     /// Stores `value` for `key` in the window starting at `window_start_ms`.
     /// `None` removes the entry.
-    fn put(&mut self, key: &[u8], window_start_ms: i64, value: Option<&[u8]>) -> Result<(), StoreError>;
+    fn put(
+        &mut self,
+        key: &[u8],
+        window_start_ms: i64,
+        value: Option<&[u8]>,
+    ) -> Result<(), StoreError>;
 
     /// The value for `key` in the window starting at `window_start_ms`.
     fn fetch(&self, key: &[u8], window_start_ms: i64) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Windows of `key` whose start lies in `[from_ms, to_ms]`, in start order.
-    fn fetch_range<'a>(&'a self, key: &[u8], from_ms: i64, to_ms: i64)
-    -> Result<WindowIter<'a>, StoreError>;
+    fn fetch_range<'a>(
+        &'a self,
+        key: &[u8],
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<WindowIter<'a>, StoreError>;
 
     /// Windows of all keys whose start lies in `[from_ms, to_ms]`.
     fn fetch_all<'a>(&'a self, from_ms: i64, to_ms: i64) -> Result<WindowIter<'a>, StoreError>;

@@ -142,7 +142,10 @@ pub async fn create_topics(topics: &[(&str, i32)]) {
         .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
         .collect();
     let results = admin()
-        .create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
+        .create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
         .await
         .expect("create_topics request failed");
     for result in results {
@@ -161,12 +164,19 @@ pub async fn create_topics(topics: &[(&str, i32)]) {
             let ready = consumer
                 .fetch_metadata(Some(name), Duration::from_secs(5))
                 .ok()
-                .and_then(|m| m.topics().first().map(|t| t.error().is_none() && t.partitions().len() == *partitions as usize))
+                .and_then(|m| {
+                    m.topics().first().map(|t| {
+                        t.error().is_none() && t.partitions().len() == *partitions as usize
+                    })
+                })
                 .unwrap_or(false);
             if ready {
                 break;
             }
-            assert!(Instant::now() < deadline, "topic {name} did not appear within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "topic {name} did not appear within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -261,8 +271,15 @@ pub fn read_to_end_with(topic: &str, isolation: &str) -> Vec<ReadRecord> {
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .expect("fetching metadata failed");
-    let partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
-    assert!(!partitions.is_empty(), "topic {topic} has no partitions (does it exist?)");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    assert!(
+        !partitions.is_empty(),
+        "topic {topic} has no partitions (does it exist?)"
+    );
     let mut assignment = TopicPartitionList::new();
     for p in &partitions {
         assignment
@@ -274,7 +291,10 @@ pub fn read_to_end_with(topic: &str, isolation: &str) -> Vec<ReadRecord> {
     let mut records = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while at_end.len() < partitions.len() {
-        assert!(Instant::now() < deadline, "reading {topic} to its end took over 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic} to its end took over 120 s"
+        );
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Ok(m)) => {
@@ -313,8 +333,15 @@ pub fn poll_until_assigned(
             .iter()
             .map(|c| {
                 let mut by_topic: HashMap<String, HashSet<i32>> = HashMap::new();
-                for e in c.assignment().expect("reading the assignment failed").elements() {
-                    by_topic.entry(e.topic().to_string()).or_default().insert(e.partition());
+                for e in c
+                    .assignment()
+                    .expect("reading the assignment failed")
+                    .elements()
+                {
+                    by_topic
+                        .entry(e.topic().to_string())
+                        .or_default()
+                        .insert(e.partition());
                 }
                 by_topic
             })

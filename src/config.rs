@@ -1,0 +1,383 @@
+//! Application configuration: one typed struct, loaded from `key = value`
+//! pairs (a file, `WEIR_*` environment variables, command-line flags), with
+//! librdkafka options passed through untouched.
+//!
+//! Keys are Kafka Streams' names with `_` (`application_id`,
+//! `commit_interval_ms`, …). librdkafka settings are given with a prefix and
+//! reach the client unchanged:
+//!
+//! | prefix | goes to |
+//! | --- | --- |
+//! | `kafka.` | every client (consumer, producer, admin): security settings go here |
+//! | `consumer.` | the consumers only |
+//! | `producer.` | the producers only |
+//! | `admin.` | the admin client only |
+//!
+//! Validation happens once, in [`StreamsConfig::validate`], and every error
+//! names the key to fix. An unknown key is an error, never ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// What the application guarantees about its results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessingGuarantee {
+    /// Offsets are committed after outputs are flushed: after a crash some
+    /// records are processed again (duplicates, never losses).
+    AtLeastOnce,
+    /// Outputs, changelog writes and input offsets commit in one Kafka
+    /// transaction per commit interval (KIP-447, "EOS v2").
+    ExactlyOnceV2,
+}
+
+impl FromStr for ProcessingGuarantee {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "at_least_once" => Ok(Self::AtLeastOnce),
+            "exactly_once_v2" | "exactly_once" => Ok(Self::ExactlyOnceV2),
+            other => Err(format!(
+                "'{other}' is not a processing guarantee; use at_least_once or exactly_once_v2"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ProcessingGuarantee {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::AtLeastOnce => "at_least_once",
+            Self::ExactlyOnceV2 => "exactly_once_v2",
+        })
+    }
+}
+
+/// A configuration error. The message names the key and says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config key '{key}': {message}")]
+pub struct ConfigError {
+    /// The offending key.
+    pub key: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: &str, message: impl Into<String>) -> Self {
+        Self {
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The configuration of a Weir application.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamsConfig {
+    /// Identifies the application: the consumer group id, the prefix of
+    /// internal topics and of transactional ids. Required.
+    pub application_id: String,
+    /// Kafka bootstrap servers, `host:port[,host:port…]`. Required.
+    pub bootstrap_servers: String,
+    /// Stream threads in this instance. Default 1.
+    pub num_stream_threads: usize,
+    /// At-least-once (default, as Kafka Streams) or exactly-once v2.
+    pub processing_guarantee: ProcessingGuarantee,
+    /// How often tasks commit. Default: 100 ms under exactly-once, 30 s
+    /// otherwise (Kafka Streams' defaults).
+    pub commit_interval_ms: Option<u64>,
+    /// Root of the local state: `<state_dir>/<application_id>/<task>/<store>`.
+    /// Default `/tmp/weir`.
+    pub state_dir: PathBuf,
+    /// Memory shared by all RocksDB stores of this instance (block cache and
+    /// write buffers), in bytes. Default 128 MiB.
+    pub state_memory_budget_bytes: u64,
+    /// Per-instance record cache in front of stores, in bytes; 0 disables
+    /// it. Default 10 MiB (Kafka Streams' `statestore.cache.max.bytes`).
+    pub cache_max_bytes: u64,
+    /// Records buffered per input partition before it is paused. Default 1000.
+    pub buffered_records_per_partition: usize,
+    /// Longest time a poll waits for records, in milliseconds. Default 100.
+    pub poll_ms: u64,
+    /// librdkafka options for every client (`kafka.` prefix).
+    pub client_overrides: BTreeMap<String, String>,
+    /// librdkafka options for consumers (`consumer.` prefix).
+    pub consumer_overrides: BTreeMap<String, String>,
+    /// librdkafka options for producers (`producer.` prefix).
+    pub producer_overrides: BTreeMap<String, String>,
+    /// librdkafka options for the admin client (`admin.` prefix).
+    pub admin_overrides: BTreeMap<String, String>,
+}
+
+impl StreamsConfig {
+    /// A configuration with defaults for everything but the two required keys.
+    ///
+    /// ```
+    /// use weir::config::{ProcessingGuarantee, StreamsConfig};
+    /// let config = StreamsConfig::new("word-count", "127.0.0.1:9092");
+    /// assert_eq!(config.processing_guarantee, ProcessingGuarantee::AtLeastOnce);
+    /// assert_eq!(config.commit_interval().as_millis(), 30_000);
+    /// ```
+    pub fn new(application_id: impl Into<String>, bootstrap_servers: impl Into<String>) -> Self {
+        Self {
+            application_id: application_id.into(),
+            bootstrap_servers: bootstrap_servers.into(),
+            num_stream_threads: 1,
+            processing_guarantee: ProcessingGuarantee::AtLeastOnce,
+            commit_interval_ms: None,
+            state_dir: PathBuf::from("/tmp/weir"),
+            state_memory_budget_bytes: 128 << 20,
+            cache_max_bytes: 10 << 20,
+            buffered_records_per_partition: 1000,
+            poll_ms: 100,
+            client_overrides: BTreeMap::new(),
+            consumer_overrides: BTreeMap::new(),
+            producer_overrides: BTreeMap::new(),
+            admin_overrides: BTreeMap::new(),
+        }
+    }
+
+    /// Builds a configuration from `key = value` pairs (later pairs win) and
+    /// validates it.
+    ///
+    /// ```
+    /// use weir::config::StreamsConfig;
+    /// let config = StreamsConfig::from_pairs([
+    ///     ("application_id", "word-count"),
+    ///     ("bootstrap_servers", "127.0.0.1:9092"),
+    ///     ("processing_guarantee", "exactly_once_v2"),
+    ///     ("kafka.security.protocol", "plaintext"),
+    /// ])
+    /// .unwrap();
+    /// assert_eq!(config.commit_interval().as_millis(), 100);
+    /// let err = StreamsConfig::from_pairs([("num_threads", "2")]).unwrap_err();
+    /// assert_eq!(err.key, "num_threads");
+    /// ```
+    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Result<Self, ConfigError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut config = Self::new("", "");
+        for (key, value) in pairs {
+            config.set(key.as_ref(), value.as_ref())?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets one key. Unknown keys and unparsable values are errors naming the key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let value = value.trim();
+        for (prefix, map) in [
+            ("kafka.", &mut self.client_overrides),
+            ("consumer.", &mut self.consumer_overrides),
+            ("producer.", &mut self.producer_overrides),
+            ("admin.", &mut self.admin_overrides),
+        ] {
+            if let Some(rdkafka_key) = key.strip_prefix(prefix) {
+                if rdkafka_key.is_empty() {
+                    return Err(ConfigError::new(
+                        key,
+                        "a librdkafka option name must follow the prefix",
+                    ));
+                }
+                map.insert(rdkafka_key.to_string(), value.to_string());
+                return Ok(());
+            }
+        }
+        match key {
+            "application_id" => self.application_id = value.to_string(),
+            "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
+            "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
+            "processing_guarantee" => {
+                self.processing_guarantee = value.parse().map_err(|m| ConfigError::new(key, m))?
+            }
+            "commit_interval_ms" => self.commit_interval_ms = Some(parse(key, value)?),
+            "state_dir" => self.state_dir = PathBuf::from(value),
+            "state_memory_budget_bytes" => self.state_memory_budget_bytes = parse(key, value)?,
+            "cache_max_bytes" => self.cache_max_bytes = parse(key, value)?,
+            "buffered_records_per_partition" => {
+                self.buffered_records_per_partition = parse(key, value)?
+            }
+            "poll_ms" => self.poll_ms = parse(key, value)?,
+            _ => {
+                return Err(ConfigError::new(
+                    key,
+                    "unknown key; Weir keys are application_id, bootstrap_servers, \
+                     num_stream_threads, processing_guarantee, commit_interval_ms, state_dir, \
+                     state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
+                     poll_ms; librdkafka options take a kafka./consumer./producer./admin. prefix",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the whole configuration; the error names the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.application_id.is_empty() {
+            return Err(ConfigError::new(
+                "application_id",
+                "required; name the application",
+            ));
+        }
+        if !self
+            .application_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(ConfigError::new(
+                "application_id",
+                format!(
+                    "'{}' may only contain ASCII letters, digits, '.', '_' and '-' (it prefixes topic names)",
+                    self.application_id
+                ),
+            ));
+        }
+        if self.bootstrap_servers.is_empty() {
+            return Err(ConfigError::new(
+                "bootstrap_servers",
+                "required; give the Kafka brokers as host:port[,host:port…]",
+            ));
+        }
+        if self.num_stream_threads == 0 {
+            return Err(ConfigError::new("num_stream_threads", "must be at least 1"));
+        }
+        if self.commit_interval_ms == Some(0) {
+            return Err(ConfigError::new(
+                "commit_interval_ms",
+                "must be at least 1 ms",
+            ));
+        }
+        if self.buffered_records_per_partition == 0 {
+            return Err(ConfigError::new(
+                "buffered_records_per_partition",
+                "must be at least 1",
+            ));
+        }
+        for (prefix, map) in [
+            ("kafka.", &self.client_overrides),
+            ("consumer.", &self.consumer_overrides),
+            ("producer.", &self.producer_overrides),
+        ] {
+            for reserved in [
+                "group.id",
+                "transactional.id",
+                "enable.auto.commit",
+                "isolation.level",
+            ] {
+                if map.contains_key(reserved) {
+                    return Err(ConfigError::new(
+                        &format!("{prefix}{reserved}"),
+                        "Weir sets this itself from application_id and processing_guarantee; remove it",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective commit interval.
+    pub fn commit_interval(&self) -> Duration {
+        Duration::from_millis(
+            self.commit_interval_ms
+                .unwrap_or(match self.processing_guarantee {
+                    ProcessingGuarantee::ExactlyOnceV2 => 100,
+                    ProcessingGuarantee::AtLeastOnce => 30_000,
+                }),
+        )
+    }
+
+    /// Whether results are exactly-once.
+    pub fn is_exactly_once(&self) -> bool {
+        self.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+    }
+}
+
+fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    value
+        .parse()
+        .map_err(|e| ConfigError::new(key, format!("'{value}' is not valid here: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("application_id", "app"),
+            ("bootstrap_servers", "127.0.0.1:9092"),
+        ]
+    }
+
+    #[test]
+    fn defaults_follow_kafka_streams() {
+        let c = StreamsConfig::from_pairs(base()).unwrap();
+        assert_eq!(c.num_stream_threads, 1);
+        assert_eq!(c.commit_interval(), Duration::from_secs(30));
+        let mut pairs = base();
+        pairs.push(("processing_guarantee", "exactly_once_v2"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap().commit_interval(),
+            Duration::from_millis(100)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut pairs = base();
+        pairs.push(("num_stream_threads", "many"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "num_stream_threads"
+        );
+        let mut pairs = base();
+        pairs.push(("processing_guarantee", "exactly_twice"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "processing_guarantee");
+        assert!(err.to_string().contains("exactly_once_v2"), "{err}");
+        assert_eq!(
+            StreamsConfig::from_pairs([("bootstrap_servers", "x:1")])
+                .unwrap_err()
+                .key,
+            "application_id"
+        );
+        let mut pairs = base();
+        pairs.push(("application_id", "bad id"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "application_id"
+        );
+        let mut pairs = base();
+        pairs.push(("consumer.group.id", "x"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "consumer.group.id"
+        );
+    }
+
+    #[test]
+    fn rdkafka_options_pass_through_by_prefix() {
+        let mut pairs = base();
+        pairs.extend([
+            ("kafka.security.protocol", "ssl"),
+            ("consumer.fetch.min.bytes", "1"),
+            ("producer.linger.ms", "5"),
+            ("admin.request.timeout.ms", "1000"),
+        ]);
+        let c = StreamsConfig::from_pairs(pairs).unwrap();
+        assert_eq!(c.client_overrides["security.protocol"], "ssl");
+        assert_eq!(c.consumer_overrides["fetch.min.bytes"], "1");
+        assert_eq!(c.producer_overrides["linger.ms"], "5");
+        assert_eq!(c.admin_overrides["request.timeout.ms"], "1000");
+    }
+}
