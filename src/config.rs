@@ -13,6 +13,9 @@
 //! | `producer.` | the producers only |
 //! | `admin.` | the admin client only |
 //!
+//! Parameters of the topology itself (for the shipped topologies: topic
+//! names) take the `topology.` prefix.
+//!
 //! Validation happens once, in [`StreamsConfig::validate`], and every error
 //! names the key to fix. An unknown key is an error, never ignored.
 
@@ -21,6 +24,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
+
+use crate::handler::ErrorHandling;
+use crate::processor::TaskConfig;
 
 /// What the application guarantees about its results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +109,15 @@ pub struct StreamsConfig {
     pub buffered_records_per_partition: usize,
     /// Longest time a poll waits for records, in milliseconds. Default 100.
     pub poll_ms: u64,
+    /// What to do with records that cannot be deserialized or carry an
+    /// invalid timestamp: `log_and_fail` (default), `log_and_continue`, or
+    /// `dead_letter:<topic>`.
+    pub deserialization_handler: ErrorHandling,
+    /// What to do when processing a record fails; same choices.
+    pub processing_handler: ErrorHandling,
+    /// Parameters of the topology (`topology.` prefix), such as topic names
+    /// of a shipped topology; the topology validates them.
+    pub topology_params: BTreeMap<String, String>,
     /// librdkafka options for every client (`kafka.` prefix).
     pub client_overrides: BTreeMap<String, String>,
     /// librdkafka options for consumers (`consumer.` prefix).
@@ -134,6 +149,9 @@ impl StreamsConfig {
             cache_max_bytes: 10 << 20,
             buffered_records_per_partition: 1000,
             poll_ms: 100,
+            deserialization_handler: ErrorHandling::LogAndFail,
+            processing_handler: ErrorHandling::LogAndFail,
+            topology_params: BTreeMap::new(),
             client_overrides: BTreeMap::new(),
             consumer_overrides: BTreeMap::new(),
             producer_overrides: BTreeMap::new(),
@@ -178,6 +196,7 @@ impl StreamsConfig {
             ("consumer.", &mut self.consumer_overrides),
             ("producer.", &mut self.producer_overrides),
             ("admin.", &mut self.admin_overrides),
+            ("topology.", &mut self.topology_params),
         ] {
             if let Some(rdkafka_key) = key.strip_prefix(prefix) {
                 if rdkafka_key.is_empty() {
@@ -205,13 +224,16 @@ impl StreamsConfig {
                 self.buffered_records_per_partition = parse(key, value)?
             }
             "poll_ms" => self.poll_ms = parse(key, value)?,
+            "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
+            "processing_handler" => self.processing_handler = parse_handler(key, value)?,
             _ => {
                 return Err(ConfigError::new(
                     key,
                     "unknown key; Weir keys are application_id, bootstrap_servers, \
                      num_stream_threads, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     poll_ms; librdkafka options take a kafka./consumer./producer./admin. prefix",
+                     poll_ms, deserialization_handler, processing_handler; librdkafka options take a kafka./consumer./producer./admin. prefix, \
+                     topology parameters a topology. prefix",
                 ));
             }
         }
@@ -293,9 +315,31 @@ impl StreamsConfig {
         )
     }
 
+    /// The per-task settings derived from this configuration.
+    pub fn task_config(&self) -> TaskConfig {
+        let mut task = TaskConfig::new(self.application_id.clone());
+        task.deserialization_handler = self.deserialization_handler.clone();
+        task.processing_handler = self.processing_handler.clone();
+        task
+    }
+
     /// Whether results are exactly-once.
     pub fn is_exactly_once(&self) -> bool {
         self.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+    }
+}
+
+fn parse_handler(key: &str, value: &str) -> Result<ErrorHandling, ConfigError> {
+    match value {
+        "log_and_fail" => Ok(ErrorHandling::LogAndFail),
+        "log_and_continue" => Ok(ErrorHandling::LogAndContinue),
+        other => match other.strip_prefix("dead_letter:") {
+            Some(topic) if !topic.is_empty() => Ok(ErrorHandling::DeadLetter { topic: topic.to_string() }),
+            _ => Err(ConfigError::new(
+                key,
+                format!("'{other}' is not a handler; use log_and_fail, log_and_continue or dead_letter:<topic>"),
+            )),
+        },
     }
 }
 

@@ -10,4 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod runtime;
 pub mod state;
+pub mod telemetry;
+pub mod tools;
+#[path = "../topologies/mod.rs"]
+pub mod topologies;

@@ -1,1 +1,260 @@
-fn main() {}
+//! `weir`: run, describe and feed the topologies that ship with Weir.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use weir::config::StreamsConfig;
+use weir::runtime::{AppState, KafkaStreams};
+use weir::tools;
+
+/// Weir: Kafka Streams for Rust.
+#[derive(Parser)]
+#[command(version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the topologies that ship with Weir.
+    List,
+    /// Describe a shipped topology (sub-topologies, stores, topics).
+    Describe {
+        /// The topology's name (see `weir list`).
+        topology: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Run a shipped topology until SIGTERM/SIGINT.
+    Run {
+        /// The topology's name (see `weir list`).
+        topology: String,
+        /// A TOML file of settings (`application_id = "..."`, `[kafka]` table for librdkafka options, ...).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A setting `key=value`; wins over the file and WEIR_* environment variables.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Write sample input for a shipped topology (creating its topics when missing).
+    Generate {
+        /// The topology's name (see `weir list`).
+        topology: String,
+        /// Records to write.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// Records per second; 0 writes as fast as possible.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        /// Index of the first record (to continue an earlier run).
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Partitions of topics created here.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+        bootstrap_servers: String,
+        /// A topology parameter `topology.<param>=value` (topic names).
+        #[arg(long = "set", value_name = "topology.PARAM=VALUE")]
+        set: Vec<String>,
+    },
+    /// Print the latest value per key of a topic (read_committed), as `key<TAB>value`.
+    Table {
+        /// The topic.
+        topic: String,
+        /// How to print values.
+        #[arg(long, value_enum, default_value_t = ValueFormat::String)]
+        value: ValueFormat,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+        bootstrap_servers: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Mermaid,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ValueFormat {
+    String,
+    I64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    weir::telemetry::init_logging();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("weir: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn shipped(name: &str) -> Result<&'static weir::topologies::ShippedTopology> {
+    weir::topologies::find(name).with_context(|| {
+        let names: Vec<&str> = weir::topologies::ALL.iter().map(|t| t.name).collect();
+        format!("no topology named '{name}'; shipped topologies: {}", names.join(", "))
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::List => {
+            for t in weir::topologies::ALL {
+                println!("{:<16} {}", t.name, t.description);
+            }
+        }
+        Command::Describe { topology, format } => {
+            let t = shipped(&topology)?;
+            let params = t.params(&BTreeMap::new())?;
+            let built = (t.build)(&params)?;
+            match format {
+                Format::Text => {
+                    println!("# {}: {}", t.name, t.description);
+                    for p in t.params {
+                        println!("# topology.{} (default {}): {}", p.name, p.default, p.doc);
+                    }
+                    print!("{}", built.describe());
+                }
+                Format::Mermaid => print!("{}", built.describe().to_mermaid()),
+            }
+        }
+        Command::Run { topology, config, set } => {
+            let t = shipped(&topology)?;
+            let pairs = settings(t.name, config.as_deref(), &set)?;
+            let config = StreamsConfig::from_pairs(pairs)?;
+            let params = t.params(&config.topology_params)?;
+            let mut app = KafkaStreams::new((t.build)(&params)?, config)?;
+            return run_until_signal(&mut app);
+        }
+        Command::Generate { topology, count, rate, start, partitions, bootstrap_servers, set } => {
+            let t = shipped(&topology)?;
+            let mut given = BTreeMap::new();
+            for s in &set {
+                let (k, v) = s.split_once('=').with_context(|| format!("--set '{s}': expected key=value"))?;
+                let k = k.trim().strip_prefix("topology.").with_context(|| format!("--set '{s}': generate takes topology.<param> settings"))?;
+                given.insert(k.to_string(), v.trim().to_string());
+            }
+            let params = t.params(&given)?;
+            let inputs = t.input_topics(&params);
+            let mut topics = inputs.clone();
+            topics.extend(t.output_topics(&params));
+            let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+            tools::ensure_topics(&bootstrap_servers, &refs, partitions)?;
+            let written = tools::generate(&bootstrap_servers, &inputs[0], t.sample, start, count, rate)?;
+            eprintln!("weir: wrote {written} records to {}", inputs[0]);
+        }
+        Command::Table { topic, value, bootstrap_servers } => {
+            for (k, v) in tools::latest_per_key(&bootstrap_servers, &topic)? {
+                let key = String::from_utf8_lossy(&k);
+                let value = match (value, v) {
+                    (_, None) => "null".to_string(),
+                    (ValueFormat::String, Some(v)) => String::from_utf8_lossy(&v).into_owned(),
+                    (ValueFormat::I64, Some(v)) => match <[u8; 8]>::try_from(v.as_slice()) {
+                        Ok(b) => i64::from_be_bytes(b).to_string(),
+                        Err(_) => format!("<{} bytes>", v.len()),
+                    },
+                };
+                println!("{key}\t{value}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Settings in increasing precedence: defaults, the file, `WEIR_*` variables, `--set`.
+fn settings(topology: &str, file: Option<&std::path::Path>, set: &[String]) -> Result<Vec<(String, String)>> {
+    let mut pairs: BTreeMap<String, String> = BTreeMap::new();
+    pairs.insert("application_id".into(), format!("weir-{topology}"));
+    pairs.insert("bootstrap_servers".into(), "127.0.0.1:9092".into());
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+        let table: toml::Table = text.parse().with_context(|| format!("parsing config file {}", path.display()))?;
+        flatten("", &toml::Value::Table(table), &mut pairs)?;
+    }
+    for (name, value) in std::env::vars() {
+        if let Some(key) = name.strip_prefix("WEIR_") {
+            let key = key.to_ascii_lowercase();
+            if key == "log" || key == "log_format" || key == "cache" {
+                continue; // logging and script settings, not application config
+            }
+            pairs.insert(key, value);
+        }
+    }
+    for s in set {
+        let Some((k, v)) = s.split_once('=') else {
+            bail!("--set '{s}': expected key=value");
+        };
+        pairs.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(pairs.into_iter().collect())
+}
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) -> Result<()> {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out)?;
+            }
+        }
+        toml::Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        toml::Value::Integer(i) => {
+            out.insert(prefix.to_string(), i.to_string());
+        }
+        toml::Value::Float(f) => {
+            out.insert(prefix.to_string(), f.to_string());
+        }
+        toml::Value::Boolean(b) => {
+            out.insert(prefix.to_string(), b.to_string());
+        }
+        other => bail!("config key '{prefix}': unsupported value {other}"),
+    }
+    Ok(())
+}
+
+fn run_until_signal(app: &mut KafkaStreams) -> Result<ExitCode> {
+    app.start()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let stopped_by_signal = runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok::<bool, std::io::Error>(true),
+                _ = term.recv() => return Ok(true),
+                _ = interval.tick() => {
+                    if matches!(app.state(), AppState::Error | AppState::PendingError) {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    })?;
+    if stopped_by_signal {
+        eprintln!("weir: shutting down (commit, close tasks, leave the group)");
+    }
+    let closed = app.close(Duration::from_secs(60));
+    if let Some(error) = app.error() {
+        eprintln!("weir: error: {error}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if !closed {
+        bail!("stream threads did not stop within 60 s");
+    }
+    Ok(ExitCode::SUCCESS)
+}

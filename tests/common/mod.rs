@@ -10,6 +10,8 @@
 //! `read_committed`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod weir_app;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,161 @@
+//! [`KafkaStreams`]: one application instance (Kafka Streams' `KafkaStreams`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::stores::InstanceState;
+use super::thread::{self, ThreadEnv};
+use super::{AppState, StateCell, StateListener, StreamsError, topics};
+use crate::config::StreamsConfig;
+use crate::processor::TaskConfig;
+use crate::topology::Topology;
+
+/// A running instance of a Weir application.
+///
+/// Start as many instances of one `application_id` as the load needs, on one
+/// machine or many: they share the input partitions through the consumer
+/// group and move tasks (with their state) between them on rebalance.
+pub struct KafkaStreams {
+    topology: Arc<Topology>,
+    config: StreamsConfig,
+    task_config: TaskConfig,
+    state: Arc<StateCell>,
+    shutdown: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    error: Arc<Mutex<Option<Arc<StreamsError>>>>,
+    state_dir: Option<Arc<InstanceState>>,
+}
+
+impl KafkaStreams {
+    /// An instance of `topology` with `config` (validated here).
+    pub fn new(topology: Topology, config: StreamsConfig) -> Result<Self, StreamsError> {
+        config.validate()?;
+        let task_config = config.task_config();
+        Ok(KafkaStreams {
+            topology: Arc::new(topology),
+            config,
+            task_config,
+            state: StateCell::new(),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            error: Arc::new(Mutex::new(None)),
+            state_dir: None,
+        })
+    }
+
+    /// Calls `listener(old, new)` on every state change.
+    pub fn set_state_listener(&self, listener: impl Fn(AppState, AppState) + Send + Sync + 'static) {
+        let listener: StateListener = Box::new(listener);
+        self.state.add_listener(listener);
+    }
+
+    /// The current state.
+    pub fn state(&self) -> AppState {
+        self.state.get()
+    }
+
+    /// The fatal error that moved the application to [`AppState::Error`], if any.
+    pub fn error(&self) -> Option<Arc<StreamsError>> {
+        self.error.lock().expect("error lock").clone()
+    }
+
+    /// Waits until the state satisfies `pred` or `timeout` passes; returns the state.
+    pub fn wait_for_state(&self, timeout: Duration, pred: impl Fn(AppState) -> bool) -> AppState {
+        self.state.wait_for(timeout, pred)
+    }
+
+    /// Checks the topics, creates the internal ones, opens the state
+    /// directory and starts the stream threads. Fails with a clear error when
+    /// the broker is unreachable, a source topic is missing, co-partitioned
+    /// topics differ in partition count, or the state directory is in use.
+    pub fn start(&mut self) -> Result<(), StreamsError> {
+        if self.state.get() != AppState::Created {
+            return Err(StreamsError::IllegalState { action: "start", state: self.state.get() });
+        }
+        let config = &self.config;
+        let metadata = super::clients::metadata_client(config)?;
+        let existing = topics::partition_counts(&metadata, Duration::from_secs(10))?;
+        let layout = topics::plan(&self.topology, &config.application_id, &existing)?;
+        let admin = super::clients::admin(config)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StreamsError::Store(crate::state::StoreError::Io { path: "tokio runtime".into(), source: e }))?;
+        runtime.block_on(topics::create_internal_topics(&admin, &metadata, &layout, &existing))?;
+
+        let state_dir = Arc::new(InstanceState::open(config)?);
+        let process_id = state_dir.process_id().to_string();
+        self.state_dir = Some(state_dir.clone());
+        let env = Arc::new(ThreadEnv {
+            config: config.clone(),
+            topology: self.topology.clone(),
+            layout,
+            task_config: self.task_config.clone(),
+            stores: state_dir,
+            state: self.state.clone(),
+            shutdown: self.shutdown.clone(),
+            rebalancing: Arc::new(AtomicUsize::new(0)),
+            num_threads: config.num_stream_threads,
+        });
+        self.state.transition(AppState::Rebalancing);
+        let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));
+        for index in 0..config.num_stream_threads {
+            let env = env.clone();
+            let process_id = process_id.clone();
+            let error = self.error.clone();
+            let alive = alive.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("weir-stream-{index}"))
+                .spawn(move || {
+                    let result = thread::run(env.clone(), index, &process_id);
+                    if let Err(e) = result {
+                        tracing::error!(thread = index, error = %e, "stream thread failed");
+                        error.lock().expect("error lock").get_or_insert(Arc::new(e));
+                        env.state.transition(AppState::PendingError);
+                        env.shutdown.store(true, Ordering::SeqCst);
+                    }
+                    if alive.fetch_sub(1, Ordering::SeqCst) == 1 && env.state.get() == AppState::PendingError {
+                        env.state.transition(AppState::Error);
+                    }
+                })
+                .map_err(|e| StreamsError::Store(crate::state::StoreError::Io { path: "stream thread".into(), source: e }))?;
+            self.threads.push(handle);
+        }
+        Ok(())
+    }
+
+    /// Stops processing: threads commit, close their tasks and leave the
+    /// group. Returns `true` when all threads ended within `timeout`.
+    pub fn close(&mut self, timeout: Duration) -> bool {
+        let was_error = matches!(self.state.get(), AppState::PendingError | AppState::Error);
+        if !was_error {
+            self.state.transition(AppState::PendingShutdown);
+        }
+        self.shutdown.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        while self.threads.iter().any(|t| !t.is_finished()) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for handle in self.threads.drain(..) {
+            let _ = handle.join();
+        }
+        if !was_error {
+            self.state.transition(AppState::NotRunning);
+        }
+        self.state_dir = None;
+        true
+    }
+}
+
+impl Drop for KafkaStreams {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.close(Duration::from_secs(30));
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! librdkafka client configurations of the runtime.
+//!
+//! Settings Weir relies on are set here; user options from
+//! [`StreamsConfig`]'s `kafka.`/`consumer.`/`producer.`/`admin.` maps are
+//! applied on top (the keys Weir must own are rejected at validation).
+
+use std::sync::Arc;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::BaseConsumer;
+
+use super::StreamsError;
+use super::collector::{ProducerEvents, ProducerEventsContext, ThreadProducer};
+use super::thread::RebalanceContext;
+use crate::config::StreamsConfig;
+
+fn base(config: &StreamsConfig, overrides: &std::collections::BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.bootstrap_servers);
+    for (k, v) in config.client_overrides.iter().chain(overrides) {
+        c.set(k, v);
+    }
+    c
+}
+
+/// The group consumer of stream thread `index`.
+pub(crate) fn consumer(
+    config: &StreamsConfig,
+    index: usize,
+    process_id: &str,
+    context: RebalanceContext,
+) -> Result<BaseConsumer<RebalanceContext>, StreamsError> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.bootstrap_servers)
+        .set("group.id", &config.application_id)
+        .set("client.id", format!("{}-{process_id}-{index}-consumer", config.application_id))
+        // Co-partitioned topics land together (see the BRIEF's assignment notes).
+        .set("partition.assignment.strategy", "range")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        // A crashed instance's partitions move after 10 s (librdkafka's default is 45 s).
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "2000")
+        .set(
+            "isolation.level",
+            if config.is_exactly_once() { "read_committed" } else { "read_uncommitted" },
+        );
+    for (k, v) in config.client_overrides.iter().chain(&config.consumer_overrides) {
+        c.set(k, v);
+    }
+    c.create_with_context(context)
+        .map_err(|e| StreamsError::kafka("creating the consumer (check the consumer./kafka. options)", e))
+}
+
+/// The consumer that restores stores from changelogs (no group).
+pub(crate) fn restore_consumer(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
+    let mut c = base(config, &config.consumer_overrides);
+    c.set("group.id", format!("{}-restore", config.application_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed");
+    c.create().map_err(|e| StreamsError::kafka("creating the restore consumer", e))
+}
+
+/// The producer of a stream thread; transactional when `transactional_id` is given.
+pub(crate) fn producer(
+    config: &StreamsConfig,
+    transactional_id: Option<&str>,
+    events: Arc<ProducerEvents>,
+) -> Result<ThreadProducer, StreamsError> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.bootstrap_servers)
+        // Keys land where Java producers and Kafka Streams put them.
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5");
+    if let Some(id) = transactional_id {
+        c.set("transactional.id", id)
+            // Kafka Streams' EOS default: a crashed instance's open transaction
+            // blocks read_committed readers for at most this long.
+            .set("transaction.timeout.ms", "10000");
+    }
+    for (k, v) in config.client_overrides.iter().chain(&config.producer_overrides) {
+        c.set(k, v);
+    }
+    let context = ProducerEventsContext { events, transactional_id: transactional_id.map(str::to_string) };
+    c.create_with_context(context)
+        .map_err(|e| StreamsError::kafka("creating the producer (check the producer./kafka. options)", e))
+}
+
+/// The admin client.
+pub(crate) fn admin(config: &StreamsConfig) -> Result<AdminClient<DefaultClientContext>, StreamsError> {
+    base(config, &config.admin_overrides)
+        .create()
+        .map_err(|e| StreamsError::kafka("creating the admin client (check the admin./kafka. options)", e))
+}
+
+/// A plain client for metadata requests.
+pub(crate) fn metadata_client(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
+    base(config, &config.consumer_overrides)
+        .create()
+        .map_err(|e| StreamsError::kafka("creating the metadata client", e))
+}

@@ -1,0 +1,131 @@
+//! The runtime's [`RecordCollector`]: task output into the thread's producer.
+//!
+//! Every record a task emits (sink, repartition, changelog, dead letter) is
+//! handed to librdkafka, which copies it; under exactly-once it joins the
+//! thread's open transaction. Delivery reports are read on the stream
+//! thread (in `poll`/`flush`), where [`ProducerEvents`] records, per
+//! changelog partition, the offset of the last delivered record: the offset
+//! a store commits with (see [`crate::state`]'s commit invariant), and the
+//! first delivery error, which fails the commit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header as KafkaHeader, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+
+use crate::processor::{CollectorError, OutputKind, OutputRecord, RecordCollector};
+
+/// Delivery-report bookkeeping of one producer.
+#[derive(Default)]
+pub(crate) struct ProducerEvents {
+    /// topic → partition → offset of the last delivered changelog record.
+    changelog_offsets: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// The first delivery error since the last [`ProducerEvents::take_error`].
+    error: Mutex<Option<KafkaError>>,
+}
+
+impl ProducerEvents {
+    /// The offset of the last delivered record of `topic`/`partition`.
+    pub(crate) fn changelog_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        let map = self.changelog_offsets.lock().expect("producer events lock");
+        map.get(topic).and_then(|p| p.get(&partition)).copied()
+    }
+
+    /// Takes the first delivery error seen, if any.
+    pub(crate) fn take_error(&self) -> Option<KafkaError> {
+        self.error.lock().expect("producer events lock").take()
+    }
+}
+
+const OPAQUE_OUTPUT: usize = 0;
+const OPAQUE_CHANGELOG: usize = 1;
+
+impl ClientContext for ProducerEventsContext {}
+
+/// The producer's context: routes delivery reports into [`ProducerEvents`].
+pub(crate) struct ProducerEventsContext {
+    pub(crate) events: std::sync::Arc<ProducerEvents>,
+    /// The producer's transactional id, under exactly-once.
+    pub(crate) transactional_id: Option<String>,
+}
+
+impl ProducerContext for ProducerEventsContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        match result {
+            Ok(message) if opaque == OPAQUE_CHANGELOG => {
+                let mut map = self.events.changelog_offsets.lock().expect("producer events lock");
+                let topic = message.topic();
+                let partitions = match map.get_mut(topic) {
+                    Some(p) => p,
+                    None => map.entry(topic.to_string()).or_default(),
+                };
+                let entry = partitions.entry(message.partition()).or_insert(-1);
+                *entry = (*entry).max(message.offset());
+            }
+            Ok(_) => {}
+            Err((error, message)) => {
+                tracing::error!(topic = message.topic(), %error, "record delivery failed");
+                let mut slot = self.events.error.lock().expect("producer events lock");
+                if slot.is_none() {
+                    *slot = Some(error.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The producer type of a stream thread.
+pub(crate) type ThreadProducer = BaseProducer<ProducerEventsContext>;
+
+/// Sends task output through `producer`.
+pub(crate) struct KafkaCollector<'a> {
+    pub(crate) producer: &'a ThreadProducer,
+    pub(crate) partitions: &'a BTreeMap<String, i32>,
+}
+
+impl RecordCollector for KafkaCollector<'_> {
+    fn send(&mut self, record: OutputRecord<'_>) -> Result<(), CollectorError> {
+        let opaque = if record.kind == OutputKind::Changelog { OPAQUE_CHANGELOG } else { OPAQUE_OUTPUT };
+        let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(record.topic, opaque)
+            .timestamp(record.timestamp);
+        if let Some(key) = record.key {
+            base = base.key(key);
+        }
+        if let Some(value) = record.value {
+            base = base.payload(value);
+        }
+        if let Some(partition) = record.partition {
+            base = base.partition(partition);
+        }
+        if !record.headers.is_empty() {
+            let headers = record.headers.iter().fold(OwnedHeaders::new(), |h, header| {
+                h.insert(KafkaHeader { key: &header.key, value: header.value.as_deref() })
+            });
+            base = base.headers(headers);
+        }
+        loop {
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // librdkafka's queue is full: serve delivery reports, then retry.
+                    base = back;
+                    use rdkafka::producer::Producer;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((error, _)) => {
+                    return Err(CollectorError { topic: record.topic.to_string(), source: Box::new(error) });
+                }
+            }
+        }
+    }
+
+    fn partition_count(&self, topic: &str) -> Option<i32> {
+        self.partitions.get(topic).copied()
+    }
+}

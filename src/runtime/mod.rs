@@ -1,0 +1,30 @@
+//! The runtime: many instances of one application share the work through a
+//! Kafka consumer group; tasks keep their state in stores backed by
+//! changelog topics; results are exactly-once with Kafka transactions.
+//!
+//! * [`KafkaStreams`] (`app.rs`) — the application object and its states
+//!   (`state.rs`);
+//! * `topics.rs` — source topic checks and internal topic creation;
+//! * `thread.rs` — a stream thread: consumer, producer, tasks, the poll →
+//!   process → commit loop and the rebalance callbacks;
+//! * `restore.rs` — restoring stores from the changelog tail;
+//! * `collector.rs` — task output into the producer, changelog offsets from
+//!   delivery reports;
+//! * `stores.rs` — the state directory and the RocksDB stores of tasks;
+//! * `clients.rs` — librdkafka client settings.
+
+mod app;
+mod clients;
+mod collector;
+mod error;
+mod restore;
+mod state;
+mod stores;
+mod thread;
+pub mod topics;
+
+pub use app::KafkaStreams;
+pub use error::StreamsError;
+pub use restore::RestoreStats;
+pub use state::{AppState, StateListener};
+pub(crate) use state::StateCell;

@@ -1,0 +1,82 @@
+//! The instance's local state: the locked state directory, the process id
+//! kept in it, and the stores tasks open there.
+//!
+//! Stores of task `t` live in `<state_dir>/<application_id>/<t>/<store>`
+//! (RocksDB by default), all sharing one memory budget. The process id (a
+//! random id written once to `<state_dir>/<application_id>/process.id`) names
+//! this instance across restarts; transactional ids derive from it, so a
+//! restarted instance fences its own previous incarnation.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::config::StreamsConfig;
+use crate::processor::{StoreProvider, StoreSpec, TaskId};
+use crate::state::{KeyValueStore, RocksDbMemory, StateConfig, StateDirectory, StoreError, open_key_value_store};
+
+/// The locked state directory of this instance and its process id.
+pub(crate) struct InstanceState {
+    dir: Mutex<StateDirectory>,
+    process_id: String,
+    memory: RocksDbMemory,
+    state_config: StateConfig,
+}
+
+impl InstanceState {
+    /// Opens and locks `<state_dir>/<application_id>`; fails when another
+    /// instance holds it.
+    pub(crate) fn open(config: &StreamsConfig) -> Result<Self, StoreError> {
+        let state_config = StateConfig {
+            state_dir: config.state_dir.clone(),
+            memory_budget_bytes: config.state_memory_budget_bytes,
+            cache_max_bytes: config.cache_max_bytes,
+            ..StateConfig::default()
+        };
+        let dir = StateDirectory::open(&state_config, &config.application_id)?;
+        let process_id = read_or_create_process_id(dir.path())?;
+        Ok(InstanceState { memory: RocksDbMemory::new(&state_config), dir: Mutex::new(dir), process_id, state_config })
+    }
+
+    /// This instance's process id.
+    pub(crate) fn process_id(&self) -> &str {
+        &self.process_id
+    }
+
+    /// A provider opening stores of tasks in this directory.
+    pub(crate) fn provider(self: &Arc<Self>) -> TaskStoreProvider {
+        TaskStoreProvider { state: self.clone() }
+    }
+}
+
+fn read_or_create_process_id(app_dir: &Path) -> Result<String, StoreError> {
+    let path = app_dir.join("process.id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::Io { path, source: e }),
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
+    hasher.write_u32(std::process::id());
+    let id = format!("{:016x}", hasher.finish());
+    let tmp = app_dir.join("process.id.tmp");
+    std::fs::write(&tmp, &id).map_err(|e| StoreError::Io { path: tmp.clone(), source: e })?;
+    std::fs::rename(&tmp, &path).map_err(|e| StoreError::Io { path, source: e })?;
+    Ok(id)
+}
+
+/// Opens task stores in the instance's state directory.
+pub(crate) struct TaskStoreProvider {
+    state: Arc<InstanceState>,
+}
+
+impl StoreProvider for TaskStoreProvider {
+    fn key_value_store(&mut self, task: TaskId, spec: &StoreSpec<'_>) -> Result<Box<dyn KeyValueStore>, StoreError> {
+        let path = self.state.dir.lock().expect("state dir lock").store_dir(&task.to_string(), spec.name)?;
+        open_key_value_store(self.state.state_config.default_backend, &path, spec.name, &self.state.memory)
+    }
+}

@@ -1,0 +1,210 @@
+//! Internal topics: checking source topics and creating changelog and
+//! repartition topics at start-up.
+//!
+//! Rules (as Kafka Streams):
+//! * every user source topic must exist; Weir never creates user topics;
+//! * the source topics of one sub-topology are *co-partitioned*: equal
+//!   partition counts, so partition `p` of each lands in task `(sub, p)`;
+//! * a repartition topic gets as many partitions as the largest user source
+//!   topic, and is written and read by Weir only;
+//! * a changelog topic `<application_id>-<store>-changelog` gets as many
+//!   partitions as its store's sub-topology has tasks, with
+//!   `cleanup.policy=compact`;
+//! * an internal topic that already exists is accepted when its partition
+//!   count is right, and is an error otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::StreamsError;
+use crate::topology::Topology;
+
+/// Where each topic of the application goes, resolved at start-up.
+#[derive(Clone, Debug, Default)]
+pub struct TopicLayout {
+    /// Number of tasks (partitions) of each sub-topology.
+    pub tasks_per_subtopology: Vec<i32>,
+    /// Which sub-topology reads each source topic (user and repartition).
+    pub subtopology_of_topic: HashMap<String, u32>,
+    /// Partition count of every topic the application reads or writes internally.
+    pub partitions: BTreeMap<String, i32>,
+    /// Internal repartition topics (full names).
+    pub repartition_topics: Vec<String>,
+    /// `(store, changelog topic)` of every logged store.
+    pub changelog_topics: Vec<(String, String)>,
+}
+
+impl TopicLayout {
+    /// All topics the stream threads subscribe to.
+    pub fn source_topics(&self) -> Vec<String> {
+        let mut topics: Vec<String> = self.subtopology_of_topic.keys().cloned().collect();
+        topics.sort();
+        topics
+    }
+}
+
+/// Reads the partition count of every topic in the cluster.
+pub(crate) fn partition_counts(
+    metadata_client: &BaseConsumer,
+    timeout: Duration,
+) -> Result<HashMap<String, i32>, StreamsError> {
+    let metadata = metadata_client
+        .fetch_metadata(None, timeout)
+        .map_err(|e| StreamsError::kafka("reading cluster metadata (is the broker reachable?)", e))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+        .collect())
+}
+
+/// Checks source topics and computes the layout of `topology` (no topic is created).
+pub fn plan(
+    topology: &Topology,
+    application_id: &str,
+    existing: &HashMap<String, i32>,
+) -> Result<TopicLayout, StreamsError> {
+    let repartition_topics = topology.repartition_topics(application_id);
+    let is_internal = |t: &str| repartition_topics.iter().any(|r| r == t);
+    let mut layout = TopicLayout {
+        repartition_topics: repartition_topics.clone(),
+        changelog_topics: topology.changelog_topics(application_id),
+        ..TopicLayout::default()
+    };
+
+    let mut max_user = 0;
+    let mut user_counts: Vec<Option<i32>> = Vec::new();
+    for sub in 0..topology.subtopology_count() {
+        let sources = topology.source_topics(sub, application_id);
+        let user: Vec<&String> = sources.iter().filter(|t| !is_internal(t)).collect();
+        let mut counts = Vec::new();
+        for topic in &user {
+            match existing.get(topic.as_str()) {
+                Some(n) => counts.push(*n),
+                None => return Err(StreamsError::MissingSourceTopic { topic: topic.to_string() }),
+            }
+        }
+        if counts.windows(2).any(|w| w[0] != w[1]) {
+            return Err(StreamsError::NotCopartitioned {
+                topics: user.iter().map(|t| t.to_string()).collect(),
+                counts,
+            });
+        }
+        if let Some(&n) = counts.first() {
+            max_user = max_user.max(n);
+            for topic in &user {
+                layout.partitions.insert(topic.to_string(), n);
+            }
+        }
+        user_counts.push(counts.first().copied());
+        for topic in sources {
+            layout.subtopology_of_topic.insert(topic, sub);
+        }
+    }
+    let repartition_partitions = max_user.max(1);
+    for topic in &repartition_topics {
+        layout.partitions.insert(topic.clone(), repartition_partitions);
+    }
+    for (sub, user) in user_counts.iter().enumerate() {
+        let sources = topology.source_topics(sub as u32, application_id);
+        let tasks = match user {
+            Some(n) => {
+                if sources.iter().any(|t| is_internal(t)) && *n != repartition_partitions {
+                    return Err(StreamsError::NotCopartitioned {
+                        topics: sources.clone(),
+                        counts: sources.iter().map(|t| layout.partitions[t]).collect(),
+                    });
+                }
+                *n
+            }
+            None => repartition_partitions,
+        };
+        layout.tasks_per_subtopology.push(tasks);
+    }
+    for (store, changelog) in &layout.changelog_topics {
+        let sub = topology.subtopology_of_store(store).unwrap_or(0) as usize;
+        let tasks = layout.tasks_per_subtopology.get(sub).copied().unwrap_or(1);
+        layout.partitions.insert(changelog.clone(), tasks);
+    }
+    for topic in layout.repartition_topics.iter().chain(layout.changelog_topics.iter().map(|(_, t)| t)) {
+        let expected = layout.partitions[topic];
+        if let Some(&actual) = existing.get(topic)
+            && actual != expected
+        {
+            return Err(StreamsError::InternalTopicMismatch { topic: topic.clone(), expected, actual });
+        }
+    }
+    Ok(layout)
+}
+
+/// Creates the internal topics of `layout` that do not exist yet and waits
+/// until the broker lists them.
+pub(crate) async fn create_internal_topics(
+    admin: &AdminClient<DefaultClientContext>,
+    metadata_client: &BaseConsumer,
+    layout: &TopicLayout,
+    existing: &HashMap<String, i32>,
+) -> Result<(), StreamsError> {
+    let mut wanted: Vec<(String, i32, Vec<(&str, &str)>)> = Vec::new();
+    for topic in &layout.repartition_topics {
+        wanted.push((
+            topic.clone(),
+            layout.partitions[topic],
+            vec![("cleanup.policy", "delete"), ("segment.bytes", "52428800")],
+        ));
+    }
+    for (_, topic) in &layout.changelog_topics {
+        wanted.push((topic.clone(), layout.partitions[topic], vec![("cleanup.policy", "compact")]));
+    }
+    wanted.retain(|(name, _, _)| !existing.contains_key(name));
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let new_topics: Vec<NewTopic<'_>> = wanted
+        .iter()
+        .map(|(name, partitions, configs)| {
+            configs.iter().fold(
+                NewTopic::new(name, *partitions, TopicReplication::Fixed(-1)),
+                |t, (k, v)| t.set(k, v),
+            )
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .create_topics(&new_topics, &options)
+        .await
+        .map_err(|e| StreamsError::kafka("creating internal topics", e))?;
+    for result in results {
+        if let Err((topic, code)) = result
+            && code != RDKafkaErrorCode::TopicAlreadyExists
+        {
+            return Err(StreamsError::kafka(
+                format!("creating internal topic '{topic}'"),
+                rdkafka::error::KafkaError::AdminOp(code),
+            ));
+        }
+        if let Ok(topic) = result {
+            tracing::info!(topic, "created internal topic");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let counts = partition_counts(metadata_client, Duration::from_secs(5))?;
+        if wanted.iter().all(|(name, n, _)| counts.get(name) == Some(n)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(StreamsError::kafka(
+                "waiting for new internal topics to appear in metadata",
+                rdkafka::error::KafkaError::AdminOp(RDKafkaErrorCode::RequestTimedOut),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,148 @@
+//! Operator tools behind the `weir` binary: creating topics, writing sample
+//! input, reading a topic as a table. Blocking; not for use inside a stream thread.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+
+/// Errors of the tools.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A Kafka request failed.
+    #[error("{context}: {source}")]
+    Kafka {
+        /// What was being done.
+        context: String,
+        /// The client error.
+        #[source]
+        source: KafkaError,
+    },
+    /// A topic does not exist.
+    #[error("topic '{0}' does not exist")]
+    MissingTopic(String),
+}
+
+fn kafka(context: impl Into<String>) -> impl FnOnce(KafkaError) -> ToolError {
+    let context = context.into();
+    move |source| ToolError::Kafka { context, source }
+}
+
+/// Creates the topics that do not exist yet with `partitions` partitions.
+pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Result<(), ToolError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(kafka("creating the admin client"))?;
+    let new: Vec<NewTopic<'_>> =
+        topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(-1))).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let results = runtime
+        .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))))
+        .map_err(kafka(format!("creating topics {topics:?} (is the broker at {bootstrap} reachable?)")))?;
+    for result in results {
+        if let Err((topic, code)) = result
+            && code != RDKafkaErrorCode::TopicAlreadyExists
+        {
+            return Err(ToolError::Kafka { context: format!("creating topic {topic}"), source: KafkaError::AdminOp(code) });
+        }
+    }
+    Ok(())
+}
+
+/// Writes records `start..start+count` made by `sample` to `topic`, at
+/// `rate` records per second (0: as fast as possible). Returns the count written.
+pub fn generate(
+    bootstrap: &str,
+    topic: &str,
+    sample: fn(u64) -> (Option<Vec<u8>>, Vec<u8>),
+    start: u64,
+    count: u64,
+    rate: u64,
+) -> Result<u64, ToolError> {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .map_err(kafka("creating the producer"))?;
+    let began = Instant::now();
+    for i in start..start + count {
+        if rate > 0 {
+            let due = began + Duration::from_secs_f64((i - start) as f64 / rate as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let (key, value) = sample(i);
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(&value);
+        if let Some(k) = key.as_deref() {
+            record = record.key(k);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(kafka(format!("producing to {topic}"))(e)),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).map_err(kafka("flushing the producer"))?;
+    Ok(count)
+}
+
+/// Reads `topic` from the beginning to its end with `read_committed` and
+/// returns the last value of every key, in key order.
+pub fn latest_per_key(bootstrap: &str, topic: &str) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "weir-table-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(kafka("creating the reader"))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(kafka(format!("reading metadata of {topic}")))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(ToolError::MissingTopic(topic.to_string()));
+    }
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(kafka("building the assignment"))?;
+    }
+    consumer.assign(&tpl).map_err(kafka("assigning partitions"))?;
+    let mut done = std::collections::HashSet::new();
+    let mut table = BTreeMap::new();
+    while done.len() < partitions.len() {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                done.remove(&m.partition());
+                table.insert(m.key().unwrap_or_default().to_vec(), m.payload().map(<[u8]>::to_vec));
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                done.insert(p);
+            }
+            Some(Err(e)) => return Err(kafka(format!("reading {topic}"))(e)),
+            None => {}
+        }
+    }
+    Ok(table)
+}

@@ -1,0 +1,95 @@
+//! Running `weir run <topology>` as child processes: the way users deploy
+//! it, so tests can start, SIGTERM and SIGKILL real instances.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// One `weir run` child process with its own state directory and log file.
+pub struct WeirApp {
+    child: Option<Child>,
+    /// Its log file (stderr).
+    pub log: PathBuf,
+    /// Its state directory.
+    pub state_dir: PathBuf,
+}
+
+impl WeirApp {
+    /// Starts `weir run <topology>` with `settings` (`key=value`) against the
+    /// harness broker, its state in `state_dir`, logging to `log`.
+    pub fn start(topology: &str, state_dir: &Path, log: &Path, settings: &[String]) -> WeirApp {
+        std::fs::create_dir_all(state_dir).expect("creating the state dir");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("opening the log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("run")
+            .arg(topology)
+            .arg("--set")
+            .arg(format!("bootstrap_servers={}", super::bootstrap()))
+            .arg("--set")
+            .arg(format!("state_dir={}", state_dir.display()));
+        for s in settings {
+            cmd.arg("--set").arg(s);
+        }
+        cmd.env("WEIR_LOG", std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env_remove("WEIR_BOOTSTRAP_SERVERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file));
+        let child = cmd.spawn().expect("starting weir run");
+        WeirApp { child: Some(child), log: log.to_path_buf(), state_dir: state_dir.to_path_buf() }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// Kills the process with SIGKILL (no commit, no cleanup) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "sending SIGTERM failed");
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(status) = child.try_wait().expect("waiting for weir") {
+                return status.code();
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("weir (pid {}) did not stop within 90 s of SIGTERM; log: {}", child.id(), self.log.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WeirApp {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
