@@ -34,6 +34,17 @@ fn rss() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// Incompressible values (xorshift), so SST files and cached blocks have
+/// their real size.
+fn fill_random(buf: &mut [u8], state: &mut u64) {
+    for chunk in buf.chunks_mut(8) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+    }
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
@@ -56,6 +67,7 @@ fn two_million_keys_in_eight_stores_stay_within_the_budget() {
         .collect();
     let started = std::time::Instant::now();
     let mut value = vec![0u8; VALUE_BYTES];
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut key = Vec::with_capacity(16);
     let per_store = KEYS / STORES;
     for i in 0..per_store {
@@ -64,7 +76,7 @@ fn two_million_keys_in_eight_stores_stay_within_the_budget() {
             // Spread keys so every flush touches the whole key space.
             key.extend_from_slice(&((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes());
             key.extend_from_slice(&(s as u64).to_be_bytes());
-            value[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            fill_random(&mut value, &mut rng);
             store.put(&key, &value).unwrap();
         }
         if (i + 1) % COMMIT_EVERY == 0 {
