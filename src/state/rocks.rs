@@ -1,0 +1,475 @@
+//! The RocksDB backend, configured for state that a changelog backs.
+//!
+//! One RocksDB instance per store, in the store's directory
+//! (`<state_dir>/<application_id>/<task_id>/<store>`, see [`dir`](super::dir)).
+//! Column families:
+//!
+//! * `default`: the data of a key-value store;
+//! * `segment-<n>`: one per time segment of a window or session store, so
+//!   expiry drops a whole column family instead of deleting keys;
+//! * `weir-meta`: the committed changelog offset and the lowest live segment.
+//!
+//! Configuration and why:
+//!
+//! * **WAL off.** The changelog topic is the source of truth; RocksDB's own
+//!   log would write every byte twice. Durability comes from flushing at
+//!   commit instead: [`Backend::apply`] writes one `WriteBatch` (data and
+//!   metadata together) and then performs a blocking *atomic flush* of all
+//!   column families. RocksDB without WAL recovers exactly the state of its
+//!   last completed flush, and an atomic flush installs all column families
+//!   in one manifest record, so after a crash the store holds the data of
+//!   the last completed commit together with that commit's offset. Nothing
+//!   that was not committed ever reaches RocksDB (open writes stay in the
+//!   store's overlay), so a crash never leaves uncommitted data behind.
+//! * **Bloom filters** (`bloom_filter_bits_per_key` in
+//!   [`StateConfig`](super::StateConfig)) so point lookups of absent keys
+//!   skip SST files.
+//! * **One memory budget per instance**: every store of the process shares
+//!   one LRU block cache ([`RocksDbMemory`]); memtables are charged to the
+//!   same cache through a write-buffer manager, and index and filter blocks
+//!   live in the cache too, so `memory_budget_bytes` bounds RocksDB's memory
+//!   whatever the number of stores.
+//!
+//! All calls block; the runtime makes them from its stream threads.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, FlushOptions, Options,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
+};
+
+use super::backend::{Backend, Core, Meta, Write, decode_i64, empty_bounds};
+use super::{KvIter, KvStore, StateConfig, StoreError};
+
+const META_CF: &str = "weir-meta";
+const DATA_CF: &str = "default";
+const SEGMENT_PREFIX: &str = "segment-";
+const OFFSET_KEY: &[u8] = b"changelog-offset";
+const MIN_LIVE_KEY: &[u8] = b"min-live-segment";
+
+/// The memory shared by all RocksDB stores of one instance: one block cache
+/// and one write-buffer manager charged to it. Create one per process from
+/// [`StateConfig`] and pass it to every store you open.
+#[derive(Clone)]
+pub struct RocksDbMemory {
+    cache: Cache,
+    write_buffers: WriteBufferManager,
+    config: StateConfig,
+}
+
+/// A snapshot of RocksDB's memory use across the stores of one
+/// [`RocksDbMemory`], in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RocksDbMemoryUsage {
+    /// Bytes in the shared block cache (data, index and filter blocks, and
+    /// the memtable reservations charged to it).
+    pub block_cache_bytes: u64,
+    /// Bytes of the block cache pinned by open iterators and readers.
+    pub block_cache_pinned_bytes: u64,
+    /// Bytes of memtables counted by the write-buffer manager.
+    pub write_buffer_bytes: u64,
+}
+
+impl RocksDbMemory {
+    /// Creates the shared cache and write-buffer manager: the cache holds
+    /// `memory_budget_bytes`, of which memtables may use
+    /// `write_buffer_fraction_percent`.
+    pub fn new(config: &StateConfig) -> Self {
+        let budget = config.memory_budget_bytes.max(1 << 20) as usize;
+        let cache = Cache::new_lru_cache(budget);
+        let write_budget = budget / 100 * config.write_buffer_fraction_percent.min(90) as usize;
+        let write_buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
+            write_budget,
+            false,
+            cache.clone(),
+        );
+        RocksDbMemory {
+            cache,
+            write_buffers,
+            config: config.clone(),
+        }
+    }
+
+    /// Current memory use of all stores opened with this budget.
+    pub fn usage(&self) -> RocksDbMemoryUsage {
+        RocksDbMemoryUsage {
+            block_cache_bytes: self.cache.get_usage() as u64,
+            block_cache_pinned_bytes: self.cache.get_pinned_usage() as u64,
+            write_buffer_bytes: self.write_buffers.get_usage() as u64,
+        }
+    }
+
+    fn options(&self) -> Options {
+        let c = &self.config;
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&self.cache);
+        table.set_bloom_filter(c.bloom_filter_bits_per_key as f64, false);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table.set_block_size(c.block_size_bytes as usize);
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_atomic_flush(true);
+        opts.set_block_based_table_factory(&table);
+        opts.set_write_buffer_manager(&self.write_buffers);
+        opts.set_write_buffer_size(c.write_buffer_size_bytes as usize);
+        opts.set_max_write_buffer_number(2);
+        opts.set_compression_type(DBCompressionType::Lz4);
+        opts.set_keep_log_file_num(2);
+        opts
+    }
+}
+
+impl std::fmt::Debug for RocksDbMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksDbMemory")
+            .field("usage", &self.usage())
+            .finish()
+    }
+}
+
+/// Committed data of one store in its own RocksDB instance.
+pub struct RocksDbBackend {
+    name: String,
+    path: PathBuf,
+    db: DB,
+    opts: Options,
+    segmented: bool,
+    segments: BTreeSet<i64>,
+    meta: Meta,
+}
+
+fn segment_cf(segment: i64) -> String {
+    format!("{SEGMENT_PREFIX}{segment}")
+}
+
+fn read_i64(store: &str, bytes: &[u8]) -> Result<i64, StoreError> {
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
+        store: store.to_string(),
+        message: format!(
+            "metadata value has {} bytes, expected 8; delete the store directory to restore it from its changelog",
+            bytes.len()
+        ),
+    })?;
+    Ok(decode_i64(&arr))
+}
+
+impl RocksDbBackend {
+    /// Opens (creating if needed) the RocksDB instance at `path` for the
+    /// store `name`. `segmented` selects the window/session layout (one
+    /// column family per segment) over the key-value layout.
+    pub fn open(
+        path: &Path,
+        name: &str,
+        memory: &RocksDbMemory,
+        segmented: bool,
+    ) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(path).map_err(|e| StoreError::io(path, e))?;
+        let opts = memory.options();
+        let existing = if path.join("CURRENT").exists() {
+            DB::list_cf(&opts, path).map_err(|e| StoreError::rocks(name, e))?
+        } else {
+            Vec::new()
+        };
+        let mut names: BTreeSet<String> = existing.into_iter().collect();
+        names.insert(DATA_CF.to_string());
+        names.insert(META_CF.to_string());
+        let mut segments = BTreeSet::new();
+        for n in &names {
+            if let Some(s) = n.strip_prefix(SEGMENT_PREFIX) {
+                let seg = s.parse::<i64>().map_err(|_| StoreError::Corrupt {
+                    store: name.to_string(),
+                    message: format!("unexpected column family '{n}' in {}", path.display()),
+                })?;
+                segments.insert(seg);
+            }
+        }
+        let descriptors = names
+            .iter()
+            .map(|n| ColumnFamilyDescriptor::new(n, opts.clone()));
+        let db = DB::open_cf_descriptors(&opts, path, descriptors)
+            .map_err(|e| StoreError::rocks(name, e))?;
+        let mut backend = RocksDbBackend {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            db,
+            opts,
+            segmented,
+            segments,
+            meta: Meta::default(),
+        };
+        backend.meta = backend.read_meta()?;
+        // A crash between the flush of a commit and the drop of its expired
+        // segments leaves them behind; drop them now.
+        backend.drop_expired()?;
+        Ok(backend)
+    }
+
+    /// The directory of this RocksDB instance.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of this instance's memtables (`rocksdb.cur-size-all-mem-tables`).
+    pub fn memtable_bytes(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.cur-size-all-mem-tables")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Bytes of this instance's SST files (`rocksdb.total-sst-files-size`).
+    pub fn sst_bytes(&self) -> u64 {
+        self.cf_names()
+            .iter()
+            .filter_map(|n| self.db.cf_handle(n))
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.total-sst-files-size")
+                    .ok()
+                    .flatten()
+            })
+            .sum()
+    }
+
+    fn read_meta(&self) -> Result<Meta, StoreError> {
+        let cf = self
+            .db
+            .cf_handle(META_CF)
+            .expect("meta column family is opened");
+        let get = |k: &[u8]| -> Result<Option<i64>, StoreError> {
+            match self
+                .db
+                .get_pinned_cf(cf, k)
+                .map_err(|e| StoreError::rocks(&self.name, e))?
+            {
+                Some(v) => Ok(Some(read_i64(&self.name, &v)?)),
+                None => Ok(None),
+            }
+        };
+        Ok(Meta {
+            changelog_offset: get(OFFSET_KEY)?,
+            min_live_segment: get(MIN_LIVE_KEY)?.unwrap_or(i64::MIN),
+        })
+    }
+
+    fn cf_name(&self, segment: i64) -> String {
+        if self.segmented {
+            segment_cf(segment)
+        } else {
+            DATA_CF.to_string()
+        }
+    }
+
+    fn cf_names(&self) -> Vec<String> {
+        let mut names = vec![DATA_CF.to_string(), META_CF.to_string()];
+        names.extend(self.segments.iter().map(|s| segment_cf(*s)));
+        names
+    }
+
+    fn drop_expired(&mut self) -> Result<(), StoreError> {
+        let expired: Vec<i64> = self
+            .segments
+            .range(..self.meta.min_live_segment)
+            .copied()
+            .collect();
+        for seg in expired {
+            self.db
+                .drop_cf(&segment_cf(seg))
+                .map_err(|e| StoreError::rocks(&self.name, e))?;
+            self.segments.remove(&seg);
+        }
+        Ok(())
+    }
+}
+
+impl Backend for RocksDbBackend {
+    fn get(&self, segment: i64, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(cf) = self.db.cf_handle(&self.cf_name(segment)) else {
+            return Ok(None);
+        };
+        self.db
+            .get_pinned_cf(cf, key)
+            .map(|v| v.map(|v| v.to_vec()))
+            .map_err(|e| StoreError::rocks(&self.name, e))
+    }
+
+    fn range<'a>(
+        &'a self,
+        segment: i64,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+    ) -> Result<KvIter<'a>, StoreError> {
+        let Some(cf) = self.db.cf_handle(&self.cf_name(segment)) else {
+            return Ok(Box::new(std::iter::empty()));
+        };
+        if empty_bounds(from, to) {
+            return Ok(Box::new(std::iter::empty()));
+        }
+        let mut ro = ReadOptions::default();
+        let mut skip = None;
+        match from {
+            Bound::Included(k) => ro.set_iterate_lower_bound(k.to_vec()),
+            Bound::Excluded(k) => {
+                ro.set_iterate_lower_bound(k.to_vec());
+                skip = Some(k.to_vec());
+            }
+            Bound::Unbounded => {}
+        }
+        match to {
+            Bound::Included(k) => {
+                let mut upper = k.to_vec();
+                upper.push(0);
+                ro.set_iterate_upper_bound(upper);
+            }
+            Bound::Excluded(k) => ro.set_iterate_upper_bound(k.to_vec()),
+            Bound::Unbounded => {}
+        }
+        Ok(Box::new(RocksIter {
+            raw: self.db.raw_iterator_cf_opt(cf, ro),
+            store: &self.name,
+            skip,
+            started: false,
+            done: false,
+        }))
+    }
+
+    fn segments(&self) -> Vec<i64> {
+        if self.segmented {
+            self.segments.iter().copied().collect()
+        } else {
+            vec![0]
+        }
+    }
+
+    fn meta(&self) -> Meta {
+        self.meta
+    }
+
+    fn apply(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        meta: Meta,
+    ) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        for (segment, key, value) in writes {
+            let name = self.cf_name(segment);
+            if self.db.cf_handle(&name).is_none() {
+                self.db
+                    .create_cf(&name, &self.opts)
+                    .map_err(|e| StoreError::rocks(&self.name, e))?;
+                self.segments.insert(segment);
+            }
+            let cf = self.db.cf_handle(&name).expect("created above");
+            match value {
+                Some(v) => batch.put_cf(cf, key, v),
+                None => batch.delete_cf(cf, key),
+            }
+        }
+        let meta_cf = self
+            .db
+            .cf_handle(META_CF)
+            .expect("meta column family is opened");
+        match meta.changelog_offset {
+            Some(o) => batch.put_cf(meta_cf, OFFSET_KEY, super::backend::encode_i64(o)),
+            None => batch.delete_cf(meta_cf, OFFSET_KEY),
+        }
+        batch.put_cf(
+            meta_cf,
+            MIN_LIVE_KEY,
+            super::backend::encode_i64(meta.min_live_segment),
+        );
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db
+            .write_opt(batch, &wo)
+            .map_err(|e| StoreError::rocks(&self.name, e))?;
+        let names = self.cf_names();
+        let cfs: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
+        let mut fo = FlushOptions::default();
+        fo.set_wait(true);
+        self.db
+            .flush_cfs_opt(&cfs, &fo)
+            .map_err(|e| StoreError::rocks(&self.name, e))?;
+        self.meta = meta;
+        self.drop_expired()
+    }
+
+    fn approximate_num_entries(&self) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for n in self.cf_names().iter().filter(|n| *n != META_CF) {
+            if let Some(cf) = self.db.cf_handle(n) {
+                total += self
+                    .db
+                    .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+                    .map_err(|e| StoreError::rocks(&self.name, e))?
+                    .unwrap_or(0);
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// A lazy iterator over one column family within bounds.
+struct RocksIter<'a> {
+    raw: rocksdb::DBRawIteratorWithThreadMode<'a, DB>,
+    store: &'a str,
+    skip: Option<Vec<u8>>,
+    started: bool,
+    done: bool,
+}
+
+impl Iterator for RocksIter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>), StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.started {
+                self.raw.next();
+            } else {
+                self.raw.seek_to_first();
+                self.started = true;
+            }
+            if !self.raw.valid() {
+                self.done = true;
+                return match self.raw.status() {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(StoreError::rocks(self.store, e))),
+                };
+            }
+            let key = self.raw.key().expect("valid iterator");
+            if self.skip.as_deref() == Some(key) {
+                continue;
+            }
+            let value = self.raw.value().expect("valid iterator");
+            return Some(Ok((key.to_vec(), value.to_vec())));
+        }
+    }
+}
+
+/// A key-value store in RocksDB. See [`KvStore`] for the API.
+pub type RocksDbKeyValueStore = KvStore<RocksDbBackend>;
+
+impl KvStore<RocksDbBackend> {
+    /// Opens the key-value store `name` whose RocksDB instance lives in
+    /// `path` (usually [`StateDirectory::store_dir`](super::StateDirectory::store_dir)),
+    /// using the shared `memory` budget. Committed data and its changelog
+    /// offset survive restarts.
+    pub fn open(
+        path: &Path,
+        name: impl Into<String>,
+        memory: &RocksDbMemory,
+    ) -> Result<Self, StoreError> {
+        let name = name.into();
+        let backend = RocksDbBackend::open(path, &name, memory, false)?;
+        Ok(KvStore::with_backend(Core::new(name, backend)))
+    }
+}
