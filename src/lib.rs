@@ -10,3 +10,10 @@
 #![warn(missing_docs)]
 
 pub mod state;
+
+pub mod driver;
+pub mod handler;
+pub mod processor;
+pub mod serdes;
+pub mod time;
+pub mod topology;
