@@ -269,3 +269,60 @@ fn nodes_sharing_a_store_form_one_subtopology() {
     let all: Vec<(String, i64)> = driver.key_value_store_all("shared").unwrap();
     assert_eq!(all, vec![(s("k1"), 1), (s("k2"), 2)]);
 }
+
+#[test]
+fn flat_map_then_reduce_repartitions_through_a_named_grouping() {
+    use weir::topology::Grouped;
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>("sentences", Consumed::new())
+        .flat_map(|_, line: String| {
+            line.split_whitespace()
+                .map(|w| (w[..1].to_string(), w.len() as i64))
+                .collect::<Vec<_>>()
+        })
+        .group_by_key(Grouped::as_("by-letter"))
+        .reduce(|a, b| a.max(b), Materialized::as_("longest"))
+        .to_stream()
+        .to("longest-by-letter", Produced::new());
+    let topology = builder.build().unwrap();
+    assert_eq!(
+        topology.repartition_topics("r"),
+        vec![s("r-by-letter-repartition")]
+    );
+    let mut driver = TopologyTestDriver::new(topology, DriverConfig::new("r")).unwrap();
+    let input = TestInputTopic::new("sentences", StringSerde, StringSerde);
+    driver
+        .pipe(&input, s("1"), s("apple avocado banana"), 1)
+        .unwrap();
+    driver.pipe(&input, s("2"), s("ant bee"), 2).unwrap();
+    let out = TestOutputTopic::new("longest-by-letter", StringSerde, OptionSerde::new(I64Serde));
+    assert_eq!(
+        driver.read_key_values(&out).unwrap(),
+        vec![
+            (s("a"), Some(5)),
+            (s("a"), Some(7)),
+            (s("b"), Some(6)),
+            (s("a"), Some(7)),
+            (s("b"), Some(6)),
+        ]
+    );
+}
+
+#[test]
+fn custom_partitioner_chooses_the_output_partition() {
+    let builder = StreamsBuilder::new();
+    builder.stream::<String, i64>("in", Consumed::new()).to(
+        "out",
+        Produced::new()
+            .with_partitioner(|_: &str, _: &String, v: &i64, n: i32| Some((*v % n as i64) as i32)),
+    );
+    let config = DriverConfig::new("p").with_partition_count("out", 3);
+    let mut driver = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let input = TestInputTopic::new("in", StringSerde, I64Serde);
+    for v in [4, 5, 6] {
+        driver.pipe(&input, s("k"), v, 0).unwrap();
+    }
+    let partitions: Vec<_> = driver.all_raw("out").iter().map(|r| r.partition).collect();
+    assert_eq!(partitions, vec![Some(1), Some(2), Some(0)]);
+}

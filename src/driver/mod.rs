@@ -90,6 +90,12 @@ impl DriverConfig {
         self
     }
 
+    /// Reports `partitions` partitions for `topic` to custom partitioners.
+    pub fn with_partition_count(mut self, topic: impl Into<String>, partitions: i32) -> Self {
+        self.partition_counts.insert(topic.into(), partitions);
+        self
+    }
+
     /// With the mock wall clock starting at `ms`.
     pub fn with_initial_wall_clock_ms(mut self, ms: i64) -> Self {
         self.initial_wall_clock_ms = ms;

@@ -41,6 +41,9 @@ pub struct TestRecord<K, V> {
     pub headers: Headers,
 }
 
+/// Key and value bytes of an encoded test record (`None` = null).
+pub(crate) type EncodedRecord = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// An input topic with the serdes to encode test records.
 pub struct TestInputTopic<K, V> {
     name: String,
@@ -67,11 +70,7 @@ impl<K: 'static, V: 'static> TestInputTopic<K, V> {
         &self.name
     }
 
-    pub(crate) fn encode(
-        &self,
-        key: &K,
-        value: &V,
-    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), DriverError> {
+    pub(crate) fn encode(&self, key: &K, value: &V) -> Result<EncodedRecord, DriverError> {
         let err = |source| DriverError::Serde {
             topic: self.name.clone(),
             source,

@@ -171,7 +171,7 @@ pub enum TaskError {
         node: String,
         /// The error.
         #[source]
-        source: ProcessorError,
+        source: Box<ProcessorError>,
     },
     /// A punctuator failed and the processing handler is `LogAndFail`.
     #[error("task {task}: punctuator of processor '{node}' at time {timestamp} failed: {source}")]
@@ -184,7 +184,7 @@ pub enum TaskError {
         timestamp: i64,
         /// The error.
         #[source]
-        source: ProcessorError,
+        source: Box<ProcessorError>,
     },
     /// A processor's `init` failed.
     #[error("task {task}: initializing processor '{node}' failed: {source}")]
@@ -195,7 +195,7 @@ pub enum TaskError {
         node: String,
         /// The error.
         #[source]
-        source: ProcessorError,
+        source: Box<ProcessorError>,
     },
     /// A record arrived for a topic this task does not read.
     #[error("task {task} does not read topic '{topic}'; it reads {sources:?}")]

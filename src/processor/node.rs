@@ -87,10 +87,13 @@ fn take_record<K: 'static, V: 'static>(
         })
 }
 
+/// The record types of a node, as a `Send + Sync` marker.
+type RecordTypes<KIn, VIn, KOut, VOut> = PhantomData<fn(KIn, VIn) -> (KOut, VOut)>;
+
 /// Runs a typed [`Processor`] as a graph node.
 pub(crate) struct ProcessorNode<P, KIn, VIn, KOut, VOut> {
     processor: P,
-    _types: PhantomData<fn(KIn, VIn) -> (KOut, VOut)>,
+    _types: RecordTypes<KIn, VIn, KOut, VOut>,
 }
 
 impl<P, KIn, VIn, KOut, VOut> ProcessorNode<P, KIn, VIn, KOut, VOut>

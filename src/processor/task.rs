@@ -341,7 +341,7 @@ impl TaskInstance {
                 return Err(TaskError::Init {
                     task: self.id,
                     node: self.nodes[node].name.clone(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         }
@@ -426,7 +426,7 @@ impl TaskInstance {
                     partition: input.partition,
                     offset: input.offset,
                     node: self.nodes[node].name.clone(),
-                    source,
+                    source: Box::new(source),
                 };
                 self.handle_record_error(false, "processing", error, input, collector)?;
             }
@@ -544,7 +544,7 @@ impl TaskInstance {
                     task: self.id,
                     node: self.nodes[schedule.node].name.clone(),
                     timestamp: now_ms,
-                    source,
+                    source: Box::new(source),
                 };
                 if self.config.processing_handler == ErrorHandling::LogAndFail {
                     failure = Some(error);
