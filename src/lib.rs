@@ -10,9 +10,15 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod driver;
+pub mod handler;
+pub mod processor;
 pub mod runtime;
+pub mod serdes;
 pub mod state;
 pub mod telemetry;
+pub mod time;
 pub mod tools;
 #[path = "../topologies/mod.rs"]
 pub mod topologies;
+pub mod topology;

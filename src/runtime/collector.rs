@@ -115,7 +115,6 @@ impl RecordCollector for KafkaCollector<'_> {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     // librdkafka's queue is full: serve delivery reports, then retry.
                     base = back;
-                    use rdkafka::producer::Producer;
                     self.producer.poll(Duration::from_millis(10));
                 }
                 Err((error, _)) => {

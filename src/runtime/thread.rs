@@ -443,7 +443,7 @@ fn main_loop(
         if env.shutdown.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let generation = lock_core(core).generation;
+        let generation = lock_core(core).as_ref().map_or(0, |c| c.generation);
         // Poll without holding the core: rebalance callbacks run in here.
         batch.clear();
         if let Some(first) = consumer.poll(poll_timeout) {

@@ -181,16 +181,15 @@ pub(crate) async fn create_internal_topics(
         .await
         .map_err(|e| StreamsError::kafka("creating internal topics", e))?;
     for result in results {
-        if let Err((topic, code)) = result
-            && code != RDKafkaErrorCode::TopicAlreadyExists
-        {
-            return Err(StreamsError::kafka(
-                format!("creating internal topic '{topic}'"),
-                rdkafka::error::KafkaError::AdminOp(code),
-            ));
-        }
-        if let Ok(topic) = result {
-            tracing::info!(topic, "created internal topic");
+        match result {
+            Ok(topic) => tracing::info!(topic, "created internal topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(StreamsError::kafka(
+                    format!("creating internal topic '{topic}'"),
+                    rdkafka::error::KafkaError::AdminOp(code),
+                ));
+            }
         }
     }
     let deadline = Instant::now() + Duration::from_secs(30);

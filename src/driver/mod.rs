@@ -1,0 +1,507 @@
+//! [`TopologyTestDriver`]: runs a topology in-process, without Kafka, for tests.
+//!
+//! The driver builds one [`TaskInstance`] per sub-topology (partition 0) with
+//! in-memory stores and drives them through exactly the calls the runtime
+//! makes: `process` per input record, `punctuate_wall_clock` when the test
+//! advances the mock clock, `commit` after every input. So the semantics under
+//! test are the runtime's, not a re-implementation.
+//!
+//! # Topics
+//!
+//! Every record the tasks emit — sink output, repartition records, changelog
+//! records, dead letters — is appended to an in-memory topic log with
+//! increasing offsets. A record written to a topic some task reads (a
+//! repartition topic, or a user topic that is also a source) is fed back to
+//! that task after the current record finished, in the order written (as Kafka
+//! Streams' `TopologyTestDriver` does). Tests read output topics typed
+//! ([`TestOutputTopic`]) or raw ([`TopologyTestDriver::read_raw`]); reads
+//! consume, [`TopologyTestDriver::all_raw`] shows everything.
+//!
+//! ```
+//! use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
+//! use weir::serdes::StringSerde;
+//! use weir::topology::{Consumed, Produced, StreamsBuilder};
+//!
+//! let builder = StreamsBuilder::new();
+//! builder
+//!     .stream::<String, String>("in", Consumed::new())
+//!     .map_values(|v: String| v.to_uppercase())
+//!     .to("out", Produced::new());
+//! let mut driver = TopologyTestDriver::new(builder.build().unwrap(), DriverConfig::new("app")).unwrap();
+//! let input = TestInputTopic::new("in", StringSerde, StringSerde);
+//! let output = TestOutputTopic::new("out", StringSerde, StringSerde);
+//! driver.pipe(&input, "k".to_string(), "hello".to_string(), 10).unwrap();
+//! assert_eq!(driver.read_key_values(&output).unwrap(), vec![("k".to_string(), "HELLO".to_string())]);
+//! ```
+
+mod topics;
+
+pub use topics::{ProducedRecord, TestInputTopic, TestOutputTopic, TestRecord};
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::handler::ErrorHandling;
+use crate::processor::{
+    CollectorError, Headers, InputRecord, OutputRecord, ProcessorError, RecordCollector, StoreSpec,
+    TaskConfig, TaskError, TaskId, TaskInstance, TaskMetrics,
+};
+use crate::serdes::SerdeError;
+use crate::state::{KeyValueStore, StoreError};
+use crate::topology::Topology;
+
+/// Settings of a [`TopologyTestDriver`].
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// Application id (prefix of internal topic names).
+    pub application_id: String,
+    /// Deserialization error handler.
+    pub deserialization_handler: ErrorHandling,
+    /// Processing error handler.
+    pub processing_handler: ErrorHandling,
+    /// The mock wall clock at start (ms).
+    pub initial_wall_clock_ms: i64,
+    /// Partition counts reported to custom partitioners (default 1).
+    pub partition_counts: HashMap<String, i32>,
+}
+
+impl DriverConfig {
+    /// Defaults: `LogAndFail` handlers, wall clock at 0.
+    pub fn new(application_id: impl Into<String>) -> Self {
+        DriverConfig {
+            application_id: application_id.into(),
+            deserialization_handler: ErrorHandling::LogAndFail,
+            processing_handler: ErrorHandling::LogAndFail,
+            initial_wall_clock_ms: 0,
+            partition_counts: HashMap::new(),
+        }
+    }
+
+    /// With this deserialization handler.
+    pub fn with_deserialization_handler(mut self, handling: ErrorHandling) -> Self {
+        self.deserialization_handler = handling;
+        self
+    }
+
+    /// With this processing handler.
+    pub fn with_processing_handler(mut self, handling: ErrorHandling) -> Self {
+        self.processing_handler = handling;
+        self
+    }
+
+    /// Reports `partitions` partitions for `topic` to custom partitioners.
+    pub fn with_partition_count(mut self, topic: impl Into<String>, partitions: i32) -> Self {
+        self.partition_counts.insert(topic.into(), partitions);
+        self
+    }
+
+    /// With the mock wall clock starting at `ms`.
+    pub fn with_initial_wall_clock_ms(mut self, ms: i64) -> Self {
+        self.initial_wall_clock_ms = ms;
+        self
+    }
+}
+
+/// Errors of the test driver.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A task stopped with an error (for example `LogAndFail`).
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// No task reads the topic piped into.
+    #[error("no sub-topology reads topic '{0}'; pipe into one of the topology's source topics")]
+    UnknownTopic(String),
+    /// Serializing test input or deserializing test output failed.
+    #[error("test driver, topic '{topic}': {source}")]
+    Serde {
+        /// The topic.
+        topic: String,
+        /// The serde error.
+        #[source]
+        source: SerdeError,
+    },
+    /// Reading a store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store was read with the wrong types.
+    #[error(transparent)]
+    StoreType(ProcessorError),
+}
+
+/// In-memory topics: the driver's [`RecordCollector`].
+#[derive(Default)]
+struct Topics {
+    logs: HashMap<String, TopicLog>,
+    partition_counts: HashMap<String, i32>,
+    /// Topics some task reads: records sent there are fed back.
+    sources: HashMap<String, usize>,
+    feedback: VecDeque<(String, usize)>,
+}
+
+#[derive(Default)]
+struct TopicLog {
+    records: Vec<ProducedRecord>,
+    read: usize,
+}
+
+impl RecordCollector for Topics {
+    fn send(&mut self, r: OutputRecord<'_>) -> Result<(), CollectorError> {
+        let log = self.logs.entry(r.topic.to_owned()).or_default();
+        let offset = log.records.len();
+        log.records.push(ProducedRecord {
+            topic: r.topic.to_owned(),
+            partition: r.partition,
+            offset: offset as i64,
+            key: r.key.map(<[u8]>::to_vec),
+            value: r.value.map(<[u8]>::to_vec),
+            timestamp: r.timestamp,
+            headers: r.headers.clone(),
+            kind: r.kind,
+        });
+        if self.sources.contains_key(r.topic) {
+            self.feedback.push_back((r.topic.to_owned(), offset));
+        }
+        Ok(())
+    }
+
+    fn partition_count(&self, topic: &str) -> Option<i32> {
+        Some(self.partition_counts.get(topic).copied().unwrap_or(1))
+    }
+}
+
+impl Topics {
+    fn last_offset(&self, topic: &str) -> Option<i64> {
+        self.logs
+            .get(topic)
+            .and_then(|l| l.records.len().checked_sub(1))
+            .map(|o| o as i64)
+    }
+}
+
+/// Runs a topology in memory; see the module docs.
+pub struct TopologyTestDriver {
+    tasks: Vec<TaskInstance>,
+    topics: Topics,
+    input_offsets: HashMap<String, i64>,
+    wall_clock_ms: i64,
+}
+
+impl TopologyTestDriver {
+    /// Builds and initializes the tasks of `topology` with in-memory stores.
+    pub fn new(topology: Topology, config: DriverConfig) -> Result<Self, DriverError> {
+        let mut provider =
+            |_task: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
+                Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
+                    spec.name,
+                )))
+            };
+        Self::with_store_provider(topology, config, &mut provider)
+    }
+
+    /// Like [`TopologyTestDriver::new`] with stores from `provider`.
+    pub fn with_store_provider(
+        topology: Topology,
+        config: DriverConfig,
+        provider: &mut dyn crate::processor::StoreProvider,
+    ) -> Result<Self, DriverError> {
+        let topology = Arc::new(topology);
+        let task_config = TaskConfig {
+            application_id: config.application_id.clone(),
+            deserialization_handler: config.deserialization_handler.clone(),
+            processing_handler: config.processing_handler.clone(),
+        };
+        let mut topics = Topics {
+            partition_counts: config.partition_counts.clone(),
+            ..Topics::default()
+        };
+        let mut tasks = Vec::new();
+        for sub in 0..topology.subtopology_count() {
+            let id = TaskId {
+                subtopology: sub,
+                partition: 0,
+            };
+            let mut task = TaskInstance::new(topology.clone(), id, task_config.clone(), provider)?;
+            for topic in task.source_topics() {
+                topics.sources.insert(topic.to_owned(), sub as usize);
+            }
+            task.initialize(config.initial_wall_clock_ms, &mut topics)?;
+            tasks.push(task);
+        }
+        let mut driver = TopologyTestDriver {
+            tasks,
+            topics,
+            input_offsets: HashMap::new(),
+            wall_clock_ms: config.initial_wall_clock_ms,
+        };
+        driver.drain_feedback()?;
+        driver.commit()?;
+        Ok(driver)
+    }
+
+    /// Pipes one record (raw bytes) into `topic` and processes it, including
+    /// everything it causes downstream through repartition topics.
+    pub fn pipe_raw(
+        &mut self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: i64,
+        headers: &Headers,
+    ) -> Result<(), DriverError> {
+        let task = *self
+            .topics
+            .sources
+            .get(topic)
+            .ok_or_else(|| DriverError::UnknownTopic(topic.to_owned()))?;
+        let offset = self.input_offsets.entry(topic.to_owned()).or_insert(0);
+        let input = InputRecord {
+            topic,
+            partition: 0,
+            offset: *offset,
+            timestamp,
+            headers,
+            key,
+            value,
+        };
+        *offset += 1;
+        let result = self.tasks[task].process(&input, &mut self.topics);
+        let result = result
+            .map_err(DriverError::from)
+            .and_then(|()| self.drain_feedback());
+        match result {
+            Ok(()) => self.commit(),
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Pipes a typed record into the input topic.
+    pub fn pipe<K: 'static, V: 'static>(
+        &mut self,
+        topic: &TestInputTopic<K, V>,
+        key: K,
+        value: V,
+        timestamp: i64,
+    ) -> Result<(), DriverError> {
+        let (k, v) = topic.encode(&key, &value)?;
+        self.pipe_raw(
+            topic.name(),
+            k.as_deref(),
+            v.as_deref(),
+            timestamp,
+            &Headers::new(),
+        )
+    }
+
+    /// Feeds records written to topics that tasks read back into those tasks.
+    fn drain_feedback(&mut self) -> Result<(), DriverError> {
+        while let Some((topic, index)) = self.topics.feedback.pop_front() {
+            let record = self.topics.logs[&topic].records[index].clone();
+            let task = self.topics.sources[&topic];
+            let input = InputRecord {
+                topic: &topic,
+                partition: 0,
+                offset: record.offset,
+                timestamp: record.timestamp,
+                headers: &record.headers,
+                key: record.key.as_deref(),
+                value: record.value.as_deref(),
+            };
+            self.tasks[task].process(&input, &mut self.topics)?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), DriverError> {
+        let topics = &self.topics;
+        for task in &mut self.tasks {
+            task.commit(|t| topics.last_offset(t))?;
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        self.topics.feedback.clear();
+        for task in &mut self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Advances the mock wall clock by `by` and fires due wall-clock punctuators.
+    pub fn advance_wall_clock_time(&mut self, by: Duration) -> Result<(), DriverError> {
+        self.wall_clock_ms += i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let mut result = Ok(());
+        for task in &mut self.tasks {
+            if let Err(e) = task.punctuate_wall_clock(self.wall_clock_ms, &mut self.topics) {
+                result = Err(e.into());
+                break;
+            }
+        }
+        match result.and_then(|()| self.drain_feedback()) {
+            Ok(()) => self.commit(),
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// The mock wall clock (ms).
+    pub fn wall_clock_ms(&self) -> i64 {
+        self.wall_clock_ms
+    }
+
+    /// Unread records of `topic` (full name), consuming them.
+    pub fn read_raw(&mut self, topic: &str) -> Vec<ProducedRecord> {
+        match self.topics.logs.get_mut(topic) {
+            Some(log) => {
+                let out = log.records[log.read..].to_vec();
+                log.read = log.records.len();
+                out
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Every record ever written to `topic` (full name), read or not.
+    pub fn all_raw(&self, topic: &str) -> &[ProducedRecord] {
+        self.topics
+            .logs
+            .get(topic)
+            .map_or(&[][..], |l| l.records.as_slice())
+    }
+
+    /// Names of all topics written so far, sorted.
+    pub fn written_topics(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.topics.logs.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Unread records of an output topic, decoded, consuming them.
+    pub fn read_records<K: 'static, V: 'static>(
+        &mut self,
+        topic: &TestOutputTopic<K, V>,
+    ) -> Result<Vec<TestRecord<K, V>>, DriverError> {
+        self.read_raw(topic.name())
+            .iter()
+            .map(|r| topic.decode(r))
+            .collect()
+    }
+
+    /// Unread `(key, value)` pairs of an output topic, consuming them.
+    pub fn read_key_values<K: 'static, V: 'static>(
+        &mut self,
+        topic: &TestOutputTopic<K, V>,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        Ok(self
+            .read_records(topic)?
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect())
+    }
+
+    fn task_with_store(&self, store: &str) -> Result<&TaskInstance, DriverError> {
+        self.tasks
+            .iter()
+            .find(|t| t.store_serdes(store).is_some())
+            .ok_or_else(|| DriverError::Store(StoreError::UnknownStore(store.to_owned())))
+    }
+
+    /// The value of `key` in key-value store `store` (committed and open writes).
+    pub fn key_value_store_get<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+        key: &K,
+    ) -> Result<Option<V>, DriverError> {
+        let task = self.task_with_store(store)?;
+        let (ks, vs) = typed::<K, V>(task, store)?;
+        let mut buf = Vec::new();
+        ks.serialize(store, key, &mut buf)
+            .map_err(|source| DriverError::Serde {
+                topic: store.to_owned(),
+                source,
+            })?;
+        let bytes = task
+            .read_store(store, |s| s.get(&buf))
+            .expect("task has the store")?;
+        bytes
+            .map(|b| vs.deserialize(store, &b))
+            .transpose()
+            .map_err(|source| DriverError::Serde {
+                topic: store.to_owned(),
+                source,
+            })
+    }
+
+    /// All entries of key-value store `store`, in key-byte order.
+    pub fn key_value_store_all<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        let task = self.task_with_store(store)?;
+        let (ks, vs) = typed::<K, V>(task, store)?;
+        let entries = task
+            .read_store(store, |s| {
+                s.all().and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            })
+            .expect("task has the store")?;
+        entries
+            .into_iter()
+            .map(|(k, v)| Ok((ks.deserialize(store, &k)?, vs.deserialize(store, &v)?)))
+            .collect::<Result<Vec<_>, SerdeError>>()
+            .map_err(|source| DriverError::Serde {
+                topic: store.to_owned(),
+                source,
+            })
+    }
+
+    /// The counters of sub-topology `subtopology`'s task.
+    pub fn task_metrics(&self, subtopology: u32) -> Option<TaskMetrics> {
+        self.tasks
+            .get(subtopology as usize)
+            .map(TaskInstance::metrics)
+    }
+
+    /// The stream time of sub-topology `subtopology`'s task.
+    pub fn stream_time(&self, subtopology: u32) -> Option<i64> {
+        self.tasks
+            .get(subtopology as usize)
+            .map(TaskInstance::stream_time)
+    }
+
+    /// Closes all tasks.
+    pub fn close(mut self) -> Result<(), DriverError> {
+        for task in &mut self.tasks {
+            task.close()?;
+        }
+        Ok(())
+    }
+}
+
+fn typed<'t, K: 'static, V: 'static>(
+    task: &'t TaskInstance,
+    store: &str,
+) -> Result<
+    (
+        &'t dyn crate::serdes::Serde<K>,
+        &'t dyn crate::serdes::Serde<V>,
+    ),
+    DriverError,
+> {
+    let serdes = task
+        .store_serdes(store)
+        .expect("checked by task_with_store");
+    serdes.typed::<K, V>().ok_or_else(|| {
+        DriverError::StoreType(ProcessorError::StoreType {
+            store: store.to_owned(),
+            actual_key: serdes.key_type,
+            actual_value: serdes.value_type,
+            asked_key: crate::serdes::short_type_name::<K>(),
+            asked_value: crate::serdes::short_type_name::<V>(),
+        })
+    })
+}

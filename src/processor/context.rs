@@ -1,0 +1,255 @@
+//! The [`ProcessorContext`]: what a processor may do while it runs.
+//!
+//! A context is a typed view (`KOut`, `VOut` = what this processor forwards)
+//! over the task's per-call *frame*: the graph of node instances, the task's
+//! stores, the collector of the current call, the input record's metadata and
+//! the task's clocks. Every task call (process one record, punctuate) builds one
+//! frame on the stack; nothing in it outlives the call.
+//!
+//! # Invariants
+//!
+//! * Forwarding is depth-first and synchronous, as in Kafka Streams:
+//!   `forward` returns after every descendant processed the record.
+//! * The graph is a DAG, so a node is never re-entered while it runs; each
+//!   node instance sits in its own `RefCell` and is borrowed only while it
+//!   processes.
+//! * Store handles borrow their store only for the duration of one operation,
+//!   so a processor can hold a handle across `forward`.
+//! * Forwarding to several children clones the record for all but the last.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use super::collector::RecordCollector;
+use super::error::ProcessorError;
+use super::punctuation::{PunctuateFn, PunctuationType, Schedule, ScheduleId, Timing};
+use super::record::{Record, RecordMetadata};
+use super::store::{KeyValueStoreHandle, StoreSlot};
+use super::task::{NodeSlot, TaskId};
+
+/// Pending changes to the task's schedules made during a call.
+pub(crate) enum ScheduleOp {
+    Add(Schedule),
+    Cancel(ScheduleId),
+}
+
+/// Everything one task call shares between the nodes it runs.
+pub(crate) struct Frame<'a> {
+    pub(crate) task: TaskId,
+    pub(crate) nodes: &'a [NodeSlot],
+    pub(crate) stores: &'a [StoreSlot],
+    pub(crate) collector: RefCell<&'a mut dyn RecordCollector>,
+    pub(crate) record: Option<RecordMetadata<'a>>,
+    pub(crate) current_timestamp: Cell<i64>,
+    pub(crate) stream_time: Cell<i64>,
+    pub(crate) wall_clock_ms: i64,
+    pub(crate) schedule_ops: RefCell<Vec<ScheduleOp>>,
+    pub(crate) next_schedule_id: &'a Cell<u64>,
+    /// The innermost node whose processing failed, for error reports.
+    pub(crate) failed_node: Cell<Option<usize>>,
+}
+
+impl<'a> Frame<'a> {
+    /// Runs node `node` on the record in `input` (an `Option<Record<K, V>>`).
+    pub(crate) fn dispatch(
+        &'a self,
+        node: usize,
+        input: &mut dyn Any,
+    ) -> Result<(), ProcessorError> {
+        let slot = &self.nodes[node];
+        let mut runtime = slot
+            .runtime
+            .try_borrow_mut()
+            .expect("processor graph is acyclic, so a node is never re-entered");
+        let result = runtime.process(self, node, input);
+        if result.is_err() && self.failed_node.get().is_none() {
+            self.failed_node.set(Some(node));
+        }
+        result
+    }
+}
+
+/// Boxes a punctuator over the erased frame (pins the closure's signature).
+fn erase_punctuator<F>(f: F) -> PunctuateFn
+where
+    F: for<'f> FnMut(&'f Frame<'f>, usize, i64) -> Result<(), ProcessorError> + Send + 'static,
+{
+    Box::new(f)
+}
+
+/// What a processor can do: forward records, use its stores, schedule
+/// punctuators and read the current record's metadata and the clocks.
+///
+/// `KOut`/`VOut` are the key and value types this processor forwards.
+pub struct ProcessorContext<'a, KOut = (), VOut = ()> {
+    frame: &'a Frame<'a>,
+    node: usize,
+    _out: PhantomData<fn(KOut, VOut)>,
+}
+
+impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
+    pub(crate) fn new(frame: &'a Frame<'a>, node: usize) -> Self {
+        ProcessorContext {
+            frame,
+            node,
+            _out: PhantomData,
+        }
+    }
+
+    /// The name of the processor this context belongs to.
+    pub fn processor_name(&self) -> &'a str {
+        &self.frame.nodes[self.node].name
+    }
+
+    /// The task running this processor.
+    pub fn task_id(&self) -> TaskId {
+        self.frame.task
+    }
+
+    /// Topic, partition and offset of the input record being processed;
+    /// `None` inside a punctuator.
+    pub fn record_metadata(&self) -> Option<RecordMetadata<'a>> {
+        self.frame.record
+    }
+
+    /// The timestamp of the record being processed (inside a punctuator: the
+    /// punctuation time).
+    pub fn timestamp(&self) -> i64 {
+        self.frame.current_timestamp.get()
+    }
+
+    /// The task's stream time: the largest record timestamp seen, or `-1`
+    /// before the first record.
+    pub fn stream_time(&self) -> i64 {
+        self.frame.stream_time.get()
+    }
+
+    /// Wall-clock time in milliseconds as the task's caller reported it.
+    pub fn wall_clock_time_ms(&self) -> i64 {
+        self.frame.wall_clock_ms
+    }
+
+    /// A typed handle to the key-value store `name`, which must be connected
+    /// to this processor.
+    pub fn key_value_store<K: 'static, V: 'static>(
+        &self,
+        name: &str,
+    ) -> Result<KeyValueStoreHandle<'a, K, V>, ProcessorError> {
+        let frame = self.frame;
+        let slot = frame.nodes[self.node]
+            .stores
+            .iter()
+            .map(|&i| &frame.stores[i])
+            .find(|s| s.name == name)
+            .ok_or_else(|| crate::state::StoreError::UnknownStore(name.to_owned()))?;
+        KeyValueStoreHandle::new(frame, slot)
+    }
+
+    /// Schedules `callback` every `interval` of stream time or wall-clock
+    /// time; see [`super::punctuation`] for when it fires. Records the callback
+    /// forwards go to this processor's children.
+    pub fn schedule<F>(
+        &self,
+        interval: Duration,
+        kind: PunctuationType,
+        mut callback: F,
+    ) -> ScheduleId
+    where
+        F: for<'c> FnMut(&ProcessorContext<'c, KOut, VOut>, i64) -> Result<(), ProcessorError>
+            + Send
+            + 'static,
+        KOut: 'static,
+        VOut: 'static,
+    {
+        let id = ScheduleId(self.frame.next_schedule_id.get());
+        self.frame.next_schedule_id.set(id.0 + 1);
+        let erased = erase_punctuator(move |frame, node, now| {
+            let ctx = ProcessorContext::<KOut, VOut>::new(frame, node);
+            callback(&ctx, now)
+        });
+        let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
+        self.frame
+            .schedule_ops
+            .borrow_mut()
+            .push(ScheduleOp::Add(Schedule {
+                id,
+                node: self.node,
+                kind,
+                timing: Timing::new(kind, interval_ms, self.frame.wall_clock_ms),
+                callback: erased,
+            }));
+        id
+    }
+
+    /// Cancels a schedule made by this task.
+    pub fn cancel(&self, id: ScheduleId) {
+        self.frame
+            .schedule_ops
+            .borrow_mut()
+            .push(ScheduleOp::Cancel(id));
+    }
+
+    /// Names of this processor's children, in the order they were connected.
+    pub fn child_names(&self) -> Vec<&'a str> {
+        let frame = self.frame;
+        frame.nodes[self.node]
+            .children
+            .iter()
+            .map(|&c| frame.nodes[c].name.as_str())
+            .collect()
+    }
+}
+
+impl<KOut: Clone + 'static, VOut: Clone + 'static> ProcessorContext<'_, KOut, VOut> {
+    /// Sends `record` to every child of this processor (depth-first; returns
+    /// when all descendants are done).
+    pub fn forward(&self, record: Record<KOut, VOut>) -> Result<(), ProcessorError> {
+        let children = &self.frame.nodes[self.node].children;
+        let Some((&last, rest)) = children.split_last() else {
+            return Ok(());
+        };
+        for &child in rest {
+            let mut slot = Some(record.clone());
+            self.frame.dispatch(child, &mut slot)?;
+        }
+        let mut slot = Some(record);
+        self.frame.dispatch(last, &mut slot)
+    }
+
+    /// Sends `record` only to the child named `child`.
+    pub fn forward_to(
+        &self,
+        child: &str,
+        record: Record<KOut, VOut>,
+    ) -> Result<(), ProcessorError> {
+        let frame = self.frame;
+        let node = &frame.nodes[self.node];
+        let Some(&target) = node
+            .children
+            .iter()
+            .find(|&&c| frame.nodes[c].name == child)
+        else {
+            return Err(ProcessorError::UnknownChild {
+                node: node.name.clone(),
+                child: child.to_owned(),
+                children: self.child_names().into_iter().map(str::to_owned).collect(),
+            });
+        };
+        let mut slot = Some(record);
+        frame.dispatch(target, &mut slot)
+    }
+
+    /// Forwards to the child at `index` (in connection order); used by
+    /// `split`, which resolves branch names to indices once.
+    pub(crate) fn forward_to_index(
+        &self,
+        index: usize,
+        record: Record<KOut, VOut>,
+    ) -> Result<(), ProcessorError> {
+        let target = self.frame.nodes[self.node].children[index];
+        let mut slot = Some(record);
+        self.frame.dispatch(target, &mut slot)
+    }
+}

@@ -1,0 +1,590 @@
+//! [`TaskInstance`]: one (sub-topology, partition) of a topology, running.
+//!
+//! This is the single implementation of the processing semantics: the test
+//! driver and the runtime both build tasks here and call the same methods.
+//!
+//! # State machine
+//!
+//! ```text
+//!  new() ──► Created ──initialize()──► Running ──close()──► Closed
+//!              │  (restore stores here)   │ process / punctuate_wall_clock
+//!              └──────────close()─────────┘ commit / abort
+//! ```
+//!
+//! * `new` builds the node instances from the topology's suppliers and opens
+//!   the stores through the [`StoreProvider`].
+//! * Between `new` and `initialize` the runtime restores the stores from their
+//!   changelogs ([`TaskInstance::restore`], unlogged).
+//! * `initialize` calls every processor's `init` (where they schedule
+//!   punctuators), in topological order.
+//! * `process` takes one input record: source → deserialize → extract
+//!   timestamp → advance stream time → processors → sinks / logged store
+//!   writes through the [`RecordCollector`]; then due stream-time punctuators
+//!   fire. Errors go to the configured handlers ([`crate::handler`]); a
+//!   returned [`TaskError`] means the caller must stop feeding the task and
+//!   abort (see [`TaskError`]).
+//! * `commit(offsets)` makes the stores' open writes durable together with the
+//!   changelog offsets they reached; call it only after the Kafka transaction
+//!   carrying the changelog records committed. `abort` drops the open writes.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use crate::handler::{self, ErrorHandling};
+use crate::state::{KeyValueStore, StoreError};
+use crate::topology::{NodeBuildContext, Topology};
+
+use super::StoreProvider;
+use super::collector::{OutputKind, OutputRecord, RecordCollector};
+use super::context::{Frame, ScheduleOp};
+use super::error::TaskError;
+use super::node::{ErasedNode, SourceError};
+use super::punctuation::{PunctuationType, Schedule};
+use super::record::RecordMetadata;
+use super::store::{StoreCell, StoreSerdes, StoreSlot, StoreSpec};
+
+mod types;
+
+pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
+
+/// A node instance of a task.
+pub(crate) struct NodeSlot {
+    pub(crate) name: String,
+    pub(crate) children: Vec<usize>,
+    pub(crate) stores: Vec<usize>,
+    pub(crate) runtime: RefCell<Box<dyn ErasedNode>>,
+}
+
+/// One running (sub-topology, partition). See the module docs.
+pub struct TaskInstance {
+    id: TaskId,
+    config: TaskConfig,
+    nodes: Vec<NodeSlot>,
+    stores: Vec<StoreSlot>,
+    sources: Vec<(String, usize)>,
+    schedules: Vec<Schedule>,
+    next_schedule_id: Cell<u64>,
+    stream_time: i64,
+    wall_clock_ms: i64,
+    state: TaskState,
+    metrics: TaskMetrics,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn frame<'a>(
+    id: TaskId,
+    nodes: &'a [NodeSlot],
+    stores: &'a [StoreSlot],
+    next_schedule_id: &'a Cell<u64>,
+    collector: &'a mut dyn RecordCollector,
+    record: Option<RecordMetadata<'a>>,
+    timestamp: i64,
+    stream_time: i64,
+    wall_clock_ms: i64,
+) -> Frame<'a> {
+    Frame {
+        task: id,
+        nodes,
+        stores,
+        collector: RefCell::new(collector),
+        record,
+        current_timestamp: Cell::new(timestamp),
+        stream_time: Cell::new(stream_time),
+        wall_clock_ms,
+        schedule_ops: RefCell::new(Vec::new()),
+        next_schedule_id,
+        failed_node: Cell::new(None),
+    }
+}
+
+impl TaskInstance {
+    /// Builds task `id` of `topology`: instantiates its processors and opens
+    /// its stores through `stores`.
+    pub fn new(
+        topology: Arc<Topology>,
+        id: TaskId,
+        config: TaskConfig,
+        stores: &mut dyn StoreProvider,
+    ) -> Result<Self, TaskError> {
+        let Some(sub) = topology.subtopologies.get(id.subtopology as usize) else {
+            return Err(TaskError::UnknownSubtopology { task: id });
+        };
+        let app = config.application_id.as_str();
+        let build = NodeBuildContext {
+            application_id: app,
+        };
+        let local_node = |global: usize| sub.nodes.iter().position(|&n| n == global);
+        let local_store = |global: usize| sub.stores.iter().position(|&s| s == global);
+
+        let mut store_slots = Vec::with_capacity(sub.stores.len());
+        for &s in &sub.stores {
+            let def = &topology.stores[s];
+            let changelog_topic = def.logging.then(|| def.changelog_topic(app));
+            let spec = StoreSpec {
+                name: &def.name,
+                kind: def.kind,
+                changelog_topic: changelog_topic.as_deref(),
+            };
+            let backend = stores
+                .key_value_store(id, &spec)
+                .map_err(|source| TaskError::Store { task: id, source })?;
+            store_slots.push(StoreSlot {
+                name: def.name.clone(),
+                changelog_topic,
+                serdes: def.serdes.clone(),
+                inner: RefCell::new(StoreCell::new(backend)),
+            });
+        }
+
+        let mut nodes = Vec::with_capacity(sub.nodes.len());
+        let mut sources = Vec::new();
+        for (local, &g) in sub.nodes.iter().enumerate() {
+            let def = &topology.nodes[g];
+            for topic in def.source_topics() {
+                sources.push((topic.resolve(app), local));
+            }
+            nodes.push(NodeSlot {
+                name: def.name.clone(),
+                children: def.children.iter().filter_map(|&c| local_node(c)).collect(),
+                stores: def.stores.iter().filter_map(|&s| local_store(s)).collect(),
+                runtime: RefCell::new((def.factory)(&build)),
+            });
+        }
+
+        Ok(TaskInstance {
+            id,
+            config,
+            nodes,
+            stores: store_slots,
+            sources,
+            schedules: Vec::new(),
+            next_schedule_id: Cell::new(0),
+            stream_time: -1,
+            wall_clock_ms: 0,
+            state: TaskState::Created,
+            metrics: TaskMetrics::default(),
+        })
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The task's state.
+    pub fn state(&self) -> TaskState {
+        self.state
+    }
+
+    /// Stream time: the largest record timestamp processed, `-1` before any.
+    pub fn stream_time(&self) -> i64 {
+        self.stream_time
+    }
+
+    /// The task's counters.
+    pub fn metrics(&self) -> TaskMetrics {
+        self.metrics
+    }
+
+    /// The full names of the topics this task reads (user and repartition topics).
+    pub fn source_topics(&self) -> impl Iterator<Item = &str> {
+        self.sources.iter().map(|(t, _)| t.as_str())
+    }
+
+    /// `(store, changelog topic)` for each logged store of this task.
+    pub fn changelog_topics(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.stores
+            .iter()
+            .filter_map(|s| s.changelog_topic.as_deref().map(|t| (s.name.as_str(), t)))
+    }
+
+    fn require(&self, state: TaskState, action: &'static str) -> Result<(), TaskError> {
+        if self.state == state {
+            Ok(())
+        } else {
+            Err(TaskError::State {
+                task: self.id,
+                action,
+                state: self.state,
+            })
+        }
+    }
+
+    /// Writes a restored changelog record into store `store` without logging
+    /// it (`value == None` deletes). Only before `initialize`.
+    pub fn restore(
+        &mut self,
+        store: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), TaskError> {
+        self.require(TaskState::Created, "restore")?;
+        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
+            task: self.id,
+            source: StoreError::UnknownStore(store.to_owned()),
+        })?;
+        let mut cell = slot.inner.borrow_mut();
+        let result = match value {
+            Some(v) => cell.store.put(key, v),
+            None => cell.store.delete(key).map(|_| ()),
+        };
+        result.map_err(|source| TaskError::Store {
+            task: self.id,
+            source,
+        })
+    }
+
+    /// Initializes the processors (they may schedule punctuators and write
+    /// stores). `wall_clock_ms` is the current wall-clock time.
+    pub fn initialize(
+        &mut self,
+        wall_clock_ms: i64,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<(), TaskError> {
+        self.require(TaskState::Created, "initialize")?;
+        self.wall_clock_ms = wall_clock_ms;
+        let mut ops = Vec::new();
+        for node in 0..self.nodes.len() {
+            let f = frame(
+                self.id,
+                &self.nodes,
+                &self.stores,
+                &self.next_schedule_id,
+                &mut *collector,
+                None,
+                self.stream_time,
+                self.stream_time,
+                wall_clock_ms,
+            );
+            let result = self.nodes[node].runtime.borrow_mut().init(&f, node);
+            ops.extend(f.schedule_ops.take());
+            if let Err(source) = result {
+                return Err(TaskError::Init {
+                    task: self.id,
+                    node: self.nodes[node].name.clone(),
+                    source: Box::new(source),
+                });
+            }
+        }
+        self.apply_schedule_ops(ops);
+        self.state = TaskState::Running;
+        Ok(())
+    }
+
+    /// Processes one input record, then fires due stream-time punctuators.
+    /// See the module docs for the steps and error handling.
+    pub fn process(
+        &mut self,
+        input: &InputRecord<'_>,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<(), TaskError> {
+        self.require(TaskState::Running, "process records")?;
+        let Some(&(_, source_node)) = self.sources.iter().find(|(t, _)| t == input.topic) else {
+            return Err(TaskError::UnknownTopic {
+                task: self.id,
+                topic: input.topic.to_owned(),
+                sources: self.sources.iter().map(|(t, _)| t.clone()).collect(),
+            });
+        };
+        let (result, failed_node, ops, stream_time) = {
+            let f = frame(
+                self.id,
+                &self.nodes,
+                &self.stores,
+                &self.next_schedule_id,
+                &mut *collector,
+                Some(RecordMetadata {
+                    topic: input.topic,
+                    partition: input.partition,
+                    offset: input.offset,
+                }),
+                input.timestamp,
+                self.stream_time,
+                self.wall_clock_ms,
+            );
+            let result =
+                self.nodes[source_node]
+                    .runtime
+                    .borrow_mut()
+                    .process_input(&f, source_node, input);
+            (
+                result,
+                f.failed_node.get(),
+                f.schedule_ops.take(),
+                f.stream_time.get(),
+            )
+        };
+        self.stream_time = stream_time;
+        self.apply_schedule_ops(ops);
+        match result {
+            Ok(()) => self.metrics.processed += 1,
+            Err(SourceError::Deserialize { what, source }) => {
+                let error = TaskError::Deserialization {
+                    task: self.id,
+                    topic: input.topic.to_owned(),
+                    partition: input.partition,
+                    offset: input.offset,
+                    what,
+                    source,
+                };
+                self.handle_record_error(true, "deserialization", error, input, collector)?;
+            }
+            Err(SourceError::InvalidTimestamp(timestamp)) => {
+                let error = TaskError::InvalidTimestamp {
+                    task: self.id,
+                    topic: input.topic.to_owned(),
+                    partition: input.partition,
+                    offset: input.offset,
+                    timestamp,
+                };
+                self.handle_record_error(true, "invalid-timestamp", error, input, collector)?;
+            }
+            Err(SourceError::Processing(source)) => {
+                let node = failed_node.unwrap_or(source_node);
+                let error = TaskError::Processing {
+                    task: self.id,
+                    topic: input.topic.to_owned(),
+                    partition: input.partition,
+                    offset: input.offset,
+                    node: self.nodes[node].name.clone(),
+                    source: Box::new(source),
+                };
+                self.handle_record_error(false, "processing", error, input, collector)?;
+            }
+        }
+        self.run_punctuators(PunctuationType::StreamTime, self.stream_time, collector)?;
+        Ok(())
+    }
+
+    /// Reports wall-clock time `now_ms` and fires due wall-clock punctuators.
+    /// Returns how many fired.
+    pub fn punctuate_wall_clock(
+        &mut self,
+        now_ms: i64,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<usize, TaskError> {
+        self.require(TaskState::Running, "punctuate")?;
+        self.wall_clock_ms = now_ms;
+        self.run_punctuators(PunctuationType::WallClockTime, now_ms, collector)
+    }
+
+    fn handle_record_error(
+        &mut self,
+        deserialization: bool,
+        kind: &str,
+        error: TaskError,
+        input: &InputRecord<'_>,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<(), TaskError> {
+        let handling = if deserialization {
+            &self.config.deserialization_handler
+        } else {
+            &self.config.processing_handler
+        };
+        match handling {
+            ErrorHandling::LogAndFail => {
+                tracing::error!(task = %self.id, error = %error, "stopping the task");
+                return Err(error);
+            }
+            ErrorHandling::LogAndContinue => {
+                tracing::warn!(task = %self.id, error = %error, "skipping the record");
+            }
+            ErrorHandling::DeadLetter { topic } => {
+                tracing::warn!(task = %self.id, error = %error, dead_letter_topic = %topic, "dead-lettering the record");
+                let mut headers = input.headers.clone();
+                headers
+                    .add(handler::HEADER_EXCEPTION, Some(kind.as_bytes().to_vec()))
+                    .add(
+                        handler::HEADER_MESSAGE,
+                        Some(error.to_string().into_bytes()),
+                    )
+                    .add(handler::HEADER_TOPIC, Some(input.topic.as_bytes().to_vec()))
+                    .add(
+                        handler::HEADER_PARTITION,
+                        Some(input.partition.to_string().into_bytes()),
+                    )
+                    .add(
+                        handler::HEADER_OFFSET,
+                        Some(input.offset.to_string().into_bytes()),
+                    );
+                collector
+                    .send(OutputRecord {
+                        topic,
+                        partition: None,
+                        key: input.key,
+                        value: input.value,
+                        timestamp: input.timestamp,
+                        headers: &headers,
+                        kind: OutputKind::DeadLetter,
+                    })
+                    .map_err(|source| TaskError::Collector {
+                        task: self.id,
+                        source,
+                    })?;
+                self.metrics.dead_lettered += 1;
+            }
+        }
+        if deserialization {
+            self.metrics.skipped_deserialization += 1;
+        } else {
+            self.metrics.skipped_processing += 1;
+        }
+        Ok(())
+    }
+
+    fn run_punctuators(
+        &mut self,
+        kind: PunctuationType,
+        now_ms: i64,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<usize, TaskError> {
+        let mut fired = 0;
+        let mut ops = Vec::new();
+        let mut failure = None;
+        for schedule in self.schedules.iter_mut() {
+            if schedule.kind != kind || !schedule.timing.due(now_ms) {
+                continue;
+            }
+            schedule.timing.advance(now_ms);
+            let f = frame(
+                self.id,
+                &self.nodes,
+                &self.stores,
+                &self.next_schedule_id,
+                &mut *collector,
+                None,
+                now_ms,
+                self.stream_time,
+                self.wall_clock_ms,
+            );
+            let result = (schedule.callback)(&f, schedule.node, now_ms);
+            ops.extend(f.schedule_ops.take());
+            fired += 1;
+            if let Err(source) = result {
+                let error = TaskError::Punctuation {
+                    task: self.id,
+                    node: self.nodes[schedule.node].name.clone(),
+                    timestamp: now_ms,
+                    source: Box::new(source),
+                };
+                if self.config.processing_handler == ErrorHandling::LogAndFail {
+                    failure = Some(error);
+                    break;
+                }
+                tracing::warn!(task = %self.id, error = %error, "skipping the failed punctuation");
+                self.metrics.skipped_processing += 1;
+            }
+        }
+        self.metrics.punctuations += fired as u64;
+        self.apply_schedule_ops(ops);
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(fired),
+        }
+    }
+
+    fn apply_schedule_ops(&mut self, ops: Vec<ScheduleOp>) {
+        for op in ops {
+            match op {
+                ScheduleOp::Add(s) => self.schedules.push(s),
+                ScheduleOp::Cancel(id) => self.schedules.retain(|s| s.id != id),
+            }
+        }
+    }
+
+    /// Commits every store's open writes with the changelog offset it reached
+    /// (`changelog_offset(topic)`: the offset of the last record the collector
+    /// sent to that changelog topic, if any). Call after the transaction committed.
+    pub fn commit(
+        &mut self,
+        changelog_offset: impl Fn(&str) -> Option<i64>,
+    ) -> Result<(), TaskError> {
+        for slot in &self.stores {
+            let offset = slot.changelog_topic.as_deref().and_then(&changelog_offset);
+            slot.inner
+                .borrow_mut()
+                .store
+                .commit(offset)
+                .map_err(|source| TaskError::Store {
+                    task: self.id,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Discards every store's writes since the last commit (the transaction aborted).
+    pub fn abort(&mut self) {
+        for slot in &self.stores {
+            slot.inner.borrow_mut().store.abort();
+        }
+    }
+
+    /// Closes processors and stores (open writes are discarded: commit first).
+    pub fn close(&mut self) -> Result<(), TaskError> {
+        if self.state == TaskState::Closed {
+            return Ok(());
+        }
+        if self.state == TaskState::Running {
+            for node in &self.nodes {
+                node.runtime.borrow_mut().close();
+            }
+        }
+        self.state = TaskState::Closed;
+        for slot in &self.stores {
+            slot.inner
+                .borrow_mut()
+                .store
+                .close()
+                .map_err(|source| TaskError::Store {
+                    task: self.id,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn store_slot(&self, name: &str) -> Option<&StoreSlot> {
+        self.stores.iter().find(|s| s.name == name)
+    }
+
+    /// Runs `read` on the byte-level store `name` (for interactive queries and
+    /// tests); `None` if this task has no such store.
+    pub fn read_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn KeyValueStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        Some(read(cell.store.as_ref()))
+    }
+
+    pub(crate) fn store_serdes(&self, name: &str) -> Option<&StoreSerdes> {
+        self.store_slot(name).map(|s| &s.serdes)
+    }
+}
+
+impl std::fmt::Debug for TaskInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskInstance")
+            .field("id", &self.id)
+            .field("state", &self.state)
+            .field("stream_time", &self.stream_time)
+            .field(
+                "nodes",
+                &self
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+#[allow(unused)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<TaskInstance>();
+}

@@ -1,0 +1,87 @@
+//! The plain data types of a task: its id, its input, settings, state and counters.
+
+use crate::handler::ErrorHandling;
+use crate::processor::Headers;
+
+/// Identifies a task: sub-topology and partition. Displayed as `0_3` like Kafka Streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId {
+    /// The sub-topology.
+    pub subtopology: u32,
+    /// The input partition.
+    pub partition: i32,
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}_{}", self.subtopology, self.partition)
+    }
+}
+
+/// A consumed record as the task receives it. Bytes are borrowed from the
+/// consumer's message.
+#[derive(Clone, Copy, Debug)]
+pub struct InputRecord<'a> {
+    /// Full topic name.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Kafka record timestamp (ms).
+    pub timestamp: i64,
+    /// Record headers.
+    pub headers: &'a Headers,
+    /// Key bytes; `None` is a null key.
+    pub key: Option<&'a [u8]>,
+    /// Value bytes; `None` is a null value.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Per-task settings the runtime or driver passes in.
+#[derive(Clone, Debug)]
+pub struct TaskConfig {
+    /// The application id: prefix of internal topic names.
+    pub application_id: String,
+    /// Handler for undecodable records and invalid timestamps.
+    pub deserialization_handler: ErrorHandling,
+    /// Handler for errors while processing and punctuating.
+    pub processing_handler: ErrorHandling,
+}
+
+impl TaskConfig {
+    /// Settings with the default handlers (`LogAndFail`).
+    pub fn new(application_id: impl Into<String>) -> Self {
+        TaskConfig {
+            application_id: application_id.into(),
+            deserialization_handler: ErrorHandling::LogAndFail,
+            processing_handler: ErrorHandling::LogAndFail,
+        }
+    }
+}
+
+/// The task's lifecycle state; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Built, stores open, processors not initialized.
+    Created,
+    /// Processing.
+    Running,
+    /// Closed; no further calls.
+    Closed,
+}
+
+/// Counters of one task. Read them once per batch, not per record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskMetrics {
+    /// Input records processed to completion.
+    pub processed: u64,
+    /// Records skipped by `LogAndContinue` for deserialization errors or invalid timestamps.
+    pub skipped_deserialization: u64,
+    /// Records (or punctuations) skipped by `LogAndContinue`/`DeadLetter` for processing errors.
+    pub skipped_processing: u64,
+    /// Records written to a dead-letter topic.
+    pub dead_lettered: u64,
+    /// Punctuator invocations.
+    pub punctuations: u64,
+}

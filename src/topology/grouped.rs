@@ -1,0 +1,124 @@
+//! [`KGroupedStream`]: a stream grouped by key, ready for aggregation.
+//!
+//! `count`, `reduce` and `aggregate` add one aggregation node with a logged
+//! key-value store holding the current aggregate per key. For every input
+//! record the node reads the old aggregate, computes the new one, writes it
+//! (which emits a changelog record) and forwards `Change { new, old }` — every
+//! update is emitted (no caching / suppression yet; windowed aggregations and
+//! emit strategies build on this node later).
+//!
+//! If the grouped stream is *repartition required*, a repartition topic is
+//! inserted before the aggregation node (see [`super`]).
+
+use std::sync::Arc;
+
+use crate::processor::node::fn_node;
+use crate::processor::{Change, ProcessorContext, Record, StoreSerdes};
+use crate::serdes::SharedSerde;
+
+use super::{Data, Grouped, KStream, KTable, Materialized};
+
+/// A grouped stream (Kafka Streams' `KGroupedStream<K, V>`).
+pub struct KGroupedStream<K, V> {
+    stream: KStream<K, V>,
+    name: Option<String>,
+    key_serde: Option<SharedSerde<K>>,
+    value_serde: Option<SharedSerde<V>>,
+}
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    pub(crate) fn new(stream: KStream<K, V>, grouped: Grouped<K, V>) -> Self {
+        KGroupedStream {
+            key_serde: grouped.key_serde.or_else(|| stream.key_serde.clone()),
+            value_serde: grouped.value_serde.or_else(|| stream.value_serde.clone()),
+            name: grouped.name,
+            stream,
+        }
+    }
+
+    /// Counts the records per key.
+    pub fn count(&self, materialized: Materialized<K, i64>) -> KTable<K, i64> {
+        self.aggregate_with(materialized, |_, _, old: Option<i64>| old.unwrap_or(0) + 1)
+    }
+
+    /// Combines the values per key with `reducer(aggregate, value)`; the first
+    /// value of a key is its initial aggregate.
+    pub fn reduce(
+        &self,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<K, V> {
+        self.aggregate_with(materialized, move |_, value, old| match old {
+            Some(agg) => reducer(agg, value),
+            None => value,
+        })
+    }
+
+    /// Folds the values per key: `aggregator(key, value, aggregate)` starting
+    /// from `initializer()`.
+    pub fn aggregate<A: Data>(
+        &self,
+        initializer: impl Fn() -> A + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+        materialized: Materialized<K, A>,
+    ) -> KTable<K, A> {
+        self.aggregate_with(materialized, move |key, value, old| {
+            aggregator(key, value, old.unwrap_or_else(&initializer))
+        })
+    }
+
+    fn aggregate_with<A: Data>(
+        &self,
+        materialized: Materialized<K, A>,
+        f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+    ) -> KTable<K, A> {
+        let f = Arc::new(f);
+        let builder = self.stream.builder.clone();
+        let mut b = builder.borrow_mut();
+        let store_name = b.name_or(materialized.store_name, "KSTREAM-AGGREGATE-STATE-STORE-");
+        let key = b.serde(
+            materialized.key_serde,
+            self.key_serde.clone(),
+            &store_name,
+            "key",
+        );
+        let value = b.serde(materialized.value_serde, None, &store_name, "value");
+        let mut parent = self.stream.node;
+        if self.stream.repartition_required {
+            let base = self.name.clone().unwrap_or_else(|| store_name.clone());
+            let record_value = b.serde(self.value_serde.clone(), None, &base, "value");
+            parent = b.add_repartition(parent, &base, key.clone(), record_value);
+        }
+        let name = b.name_or(self.stream.name.clone(), "KSTREAM-AGGREGATE-");
+        let store = b.add_store(
+            store_name.clone(),
+            materialized.logging,
+            StoreSerdes::new(key.clone(), value.clone()),
+        );
+        let store_for_node = store_name.clone();
+        let node = b.add_processor(name, &[parent], move || {
+            let store = store_for_node.clone();
+            let f = f.clone();
+            fn_node(
+                move |ctx: &ProcessorContext<'_, K, Change<A>>, r: Record<K, V>| {
+                    let kv = ctx.key_value_store::<K, A>(&store)?;
+                    let old = kv.get(&r.key)?;
+                    let new = f(&r.key, r.value, old.clone());
+                    kv.put(&r.key, &new)?;
+                    ctx.forward(Record {
+                        key: r.key,
+                        value: Change {
+                            new: Some(new),
+                            old,
+                        },
+                        timestamp: r.timestamp,
+                        headers: r.headers,
+                    })
+                },
+            )
+        });
+        b.connect_store(node, store);
+        drop(b);
+        KTable::new(builder, node, Some(key), Some(value), Some(store_name))
+    }
+}
