@@ -97,7 +97,6 @@ impl KafkaStreams {
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),
             rebalancing: Arc::new(AtomicUsize::new(0)),
-            num_threads: config.num_stream_threads,
         });
         self.state.transition(AppState::Rebalancing);
         let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));

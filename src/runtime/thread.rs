@@ -61,7 +61,6 @@ pub(crate) struct ThreadEnv {
     pub(crate) shutdown: Arc<AtomicBool>,
     /// Threads currently between a revocation and the end of restoration.
     pub(crate) rebalancing: Arc<AtomicUsize>,
-    pub(crate) num_threads: usize,
 }
 
 /// The state a rebalance touches; see the module docs.
