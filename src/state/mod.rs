@@ -48,7 +48,13 @@
 //!
 //! `abort` clears the overlay, so aborting never touches the backend.
 //! [`StateStore::restore_batch`] writes changelog records directly as
-//! committed state with their offset, using the same atomic path.
+//! committed state with their offset in one atomic write; it does not flush
+//! (a crash mid-restore may lose the restore's unflushed tail, never split a
+//! batch, and the store keeps reporting the offset matching its data), so
+//! pass large batches (thousands of records) and commit once restored.
+//!
+//! Iterators borrow the store: the borrow checker ends every scan before
+//! the next write, commit or abort.
 //!
 //! # Submodules
 //!
@@ -134,6 +140,42 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when retrying the same operation may succeed (RocksDB busy or
+    /// timed out, interrupted I/O); the runtime retries with backoff.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            StoreError::RocksDb { source, .. } => matches!(
+                source.kind(),
+                rocksdb::ErrorKind::Busy
+                    | rocksdb::ErrorKind::TryAgain
+                    | rocksdb::ErrorKind::TimedOut
+                    | rocksdb::ErrorKind::Incomplete
+            ),
+            StoreError::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::Interrupted
+                    | std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::TimedOut
+            ),
+            _ => false,
+        }
+    }
+
+    /// True when the store cannot be used as it is: its files are corrupt
+    /// or the directory belongs to another instance. The runtime stops the
+    /// task; for [`StoreError::Corrupt`] it may wipe the store and restore
+    /// it from the changelog.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            StoreError::Corrupt { .. } | StoreError::Locked { .. } => true,
+            StoreError::RocksDb { source, .. } => matches!(
+                source.kind(),
+                rocksdb::ErrorKind::Corruption | rocksdb::ErrorKind::NotSupported
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn rocks(store: &str, source: rocksdb::Error) -> Self {
         StoreError::RocksDb {
             store: store.to_string(),
