@@ -163,6 +163,9 @@ impl<B: Backend> Core<B> {
         if segment < self.min_live_segment {
             return Ok(None);
         }
+        if self.overlay.is_empty() {
+            return self.backend.get(segment, key);
+        }
         match self.overlay.get(&overlay_key(segment, key)) {
             Some(v) => Ok(v.clone()),
             None => self.backend.get(segment, key),
