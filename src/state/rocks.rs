@@ -242,6 +242,22 @@ impl RocksDbBackend {
             .unwrap_or(0)
     }
 
+    /// Bytes of index and filter blocks held outside the block cache
+    /// (`rocksdb.estimate-table-readers-mem`; near 0 here, as they are
+    /// cached and so charged to the budget).
+    pub fn table_readers_bytes(&self) -> u64 {
+        self.cf_names()
+            .iter()
+            .filter_map(|n| self.db.cf_handle(n))
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.estimate-table-readers-mem")
+                    .ok()
+                    .flatten()
+            })
+            .sum()
+    }
+
     /// Bytes of this instance's SST files (`rocksdb.total-sst-files-size`).
     pub fn sst_bytes(&self) -> u64 {
         self.cf_names()
