@@ -41,10 +41,14 @@
 //!   because RocksDB without WAL recovers exactly the flushed state and the
 //!   atomic flush installs all column families in one manifest write.
 //!
-//! The cost of this choice is one small L0 file per store per commit that
-//! wrote anything (commits without writes and without an offset change do
-//! not touch RocksDB); RocksDB's compaction merges them. A commit interval of
-//! 100 ms or more keeps this cheap.
+//! The cost of this choice: every commit of a store that wrote anything
+//! blocks on one flush and creates one small L0 file (commits without
+//! writes and without an offset change do not touch RocksDB), which
+//! compaction later merges. `benches/state.rs` measured 1 000 puts plus
+//! commit at 11-20 ms on the 2-core development machine under load, most
+//! of it the flush, so commit latency grows with the number of stores a
+//! stream thread committed. Prefer commit intervals of about a second over
+//! Kafka Streams' 100 ms EOS default when a thread owns many stores.
 //!
 //! `abort` clears the overlay, so aborting never touches the backend.
 //! [`StateStore::restore_batch`] writes changelog records directly as
@@ -217,8 +221,9 @@ pub trait StateStore: Send {
     fn name(&self) -> &str;
 
     /// Applies the open writes together with `changelog_offset` (the offset
-    /// of the last changelog record these writes produced, if any) in one
-    /// atomic write. See the module docs for the invariant.
+    /// of the last changelog record these writes produced; `None` keeps the
+    /// previously committed offset) in one atomic write that is durable when
+    /// `commit` returns. See the module docs for the invariant.
     fn commit(&mut self, changelog_offset: Option<i64>) -> Result<(), StoreError>;
 
     /// Discards the writes made since the last commit.

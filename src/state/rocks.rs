@@ -79,6 +79,12 @@ pub struct RocksDbMemory {
     config: StateConfig,
 }
 
+// The budget is shared by the stream threads of one instance.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RocksDbMemory>();
+};
+
 /// A snapshot of RocksDB's memory use across the stores of one
 /// [`RocksDbMemory`], in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
