@@ -334,10 +334,14 @@ fn parse_handler(key: &str, value: &str) -> Result<ErrorHandling, ConfigError> {
         "log_and_fail" => Ok(ErrorHandling::LogAndFail),
         "log_and_continue" => Ok(ErrorHandling::LogAndContinue),
         other => match other.strip_prefix("dead_letter:") {
-            Some(topic) if !topic.is_empty() => Ok(ErrorHandling::DeadLetter { topic: topic.to_string() }),
+            Some(topic) if !topic.is_empty() => Ok(ErrorHandling::DeadLetter {
+                topic: topic.to_string(),
+            }),
             _ => Err(ConfigError::new(
                 key,
-                format!("'{other}' is not a handler; use log_and_fail, log_and_continue or dead_letter:<topic>"),
+                format!(
+                    "'{other}' is not a handler; use log_and_fail, log_and_continue or dead_letter:<topic>"
+                ),
             )),
         },
     }

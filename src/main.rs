@@ -105,7 +105,10 @@ fn main() -> ExitCode {
 fn shipped(name: &str) -> Result<&'static weir::topologies::ShippedTopology> {
     weir::topologies::find(name).with_context(|| {
         let names: Vec<&str> = weir::topologies::ALL.iter().map(|t| t.name).collect();
-        format!("no topology named '{name}'; shipped topologies: {}", names.join(", "))
+        format!(
+            "no topology named '{name}'; shipped topologies: {}",
+            names.join(", ")
+        )
     })
 }
 
@@ -131,7 +134,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Mermaid => print!("{}", built.describe().to_mermaid()),
             }
         }
-        Command::Run { topology, config, set } => {
+        Command::Run {
+            topology,
+            config,
+            set,
+        } => {
             let t = shipped(&topology)?;
             let pairs = settings(t.name, config.as_deref(), &set)?;
             let config = StreamsConfig::from_pairs(pairs)?;
@@ -139,12 +146,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut app = KafkaStreams::new((t.build)(&params)?, config)?;
             return run_until_signal(&mut app);
         }
-        Command::Generate { topology, count, rate, start, partitions, bootstrap_servers, set } => {
+        Command::Generate {
+            topology,
+            count,
+            rate,
+            start,
+            partitions,
+            bootstrap_servers,
+            set,
+        } => {
             let t = shipped(&topology)?;
             let mut given = BTreeMap::new();
             for s in &set {
-                let (k, v) = s.split_once('=').with_context(|| format!("--set '{s}': expected key=value"))?;
-                let k = k.trim().strip_prefix("topology.").with_context(|| format!("--set '{s}': generate takes topology.<param> settings"))?;
+                let (k, v) = s
+                    .split_once('=')
+                    .with_context(|| format!("--set '{s}': expected key=value"))?;
+                let k = k.trim().strip_prefix("topology.").with_context(|| {
+                    format!("--set '{s}': generate takes topology.<param> settings")
+                })?;
                 given.insert(k.to_string(), v.trim().to_string());
             }
             let params = t.params(&given)?;
@@ -153,10 +172,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             topics.extend(t.output_topics(&params));
             let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
             tools::ensure_topics(&bootstrap_servers, &refs, partitions)?;
-            let written = tools::generate(&bootstrap_servers, &inputs[0], t.sample, start, count, rate)?;
+            let written =
+                tools::generate(&bootstrap_servers, &inputs[0], t.sample, start, count, rate)?;
             eprintln!("weir: wrote {written} records to {}", inputs[0]);
         }
-        Command::Table { topic, value, bootstrap_servers } => {
+        Command::Table {
+            topic,
+            value,
+            bootstrap_servers,
+        } => {
             for (k, v) in tools::latest_per_key(&bootstrap_servers, &topic)? {
                 let key = String::from_utf8_lossy(&k);
                 let value = match (value, v) {
@@ -175,13 +199,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Settings in increasing precedence: defaults, the file, `WEIR_*` variables, `--set`.
-fn settings(topology: &str, file: Option<&std::path::Path>, set: &[String]) -> Result<Vec<(String, String)>> {
+fn settings(
+    topology: &str,
+    file: Option<&std::path::Path>,
+    set: &[String],
+) -> Result<Vec<(String, String)>> {
     let mut pairs: BTreeMap<String, String> = BTreeMap::new();
     pairs.insert("application_id".into(), format!("weir-{topology}"));
     pairs.insert("bootstrap_servers".into(), "127.0.0.1:9092".into());
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
-        let table: toml::Table = text.parse().with_context(|| format!("parsing config file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let table: toml::Table = text
+            .parse()
+            .with_context(|| format!("parsing config file {}", path.display()))?;
         flatten("", &toml::Value::Table(table), &mut pairs)?;
     }
     for (name, value) in std::env::vars() {
@@ -206,7 +237,11 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
     match value {
         toml::Value::Table(t) => {
             for (k, v) in t {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten(&key, v, out)?;
             }
         }
@@ -229,7 +264,9 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 
 fn run_until_signal(app: &mut KafkaStreams) -> Result<ExitCode> {
     app.start()?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let stopped_by_signal = runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut interval = tokio::time::interval(Duration::from_millis(100));

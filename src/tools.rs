@@ -11,7 +11,6 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-
 /// Errors of the tools.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
@@ -40,17 +39,30 @@ pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Resul
         .set("bootstrap.servers", bootstrap)
         .create()
         .map_err(kafka("creating the admin client"))?;
-    let new: Vec<NewTopic<'_>> =
-        topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(-1))).collect();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(-1)))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let results = runtime
-        .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))))
-        .map_err(kafka(format!("creating topics {topics:?} (is the broker at {bootstrap} reachable?)")))?;
+        .block_on(admin.create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .map_err(kafka(format!(
+            "creating topics {topics:?} (is the broker at {bootstrap} reachable?)"
+        )))?;
     for result in results {
         if let Err((topic, code)) = result
             && code != RDKafkaErrorCode::TopicAlreadyExists
         {
-            return Err(ToolError::Kafka { context: format!("creating topic {topic}"), source: KafkaError::AdminOp(code) });
+            return Err(ToolError::Kafka {
+                context: format!("creating topic {topic}"),
+                source: KafkaError::AdminOp(code),
+            });
         }
     }
     Ok(())
@@ -97,13 +109,18 @@ pub fn generate(
             }
         }
     }
-    producer.flush(Duration::from_secs(60)).map_err(kafka("flushing the producer"))?;
+    producer
+        .flush(Duration::from_secs(60))
+        .map_err(kafka("flushing the producer"))?;
     Ok(count)
 }
 
 /// Reads `topic` from the beginning to its end with `read_committed` and
 /// returns the last value of every key, in key order.
-pub fn latest_per_key(bootstrap: &str, topic: &str) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
+pub fn latest_per_key(
+    bootstrap: &str,
+    topic: &str,
+) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "weir-table-reader")
@@ -126,16 +143,22 @@ pub fn latest_per_key(bootstrap: &str, topic: &str) -> Result<BTreeMap<Vec<u8>, 
     }
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(kafka("building the assignment"))?;
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .map_err(kafka("building the assignment"))?;
     }
-    consumer.assign(&tpl).map_err(kafka("assigning partitions"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(kafka("assigning partitions"))?;
     let mut done = std::collections::HashSet::new();
     let mut table = BTreeMap::new();
     while done.len() < partitions.len() {
         match consumer.poll(Duration::from_millis(500)) {
             Some(Ok(m)) => {
                 done.remove(&m.partition());
-                table.insert(m.key().unwrap_or_default().to_vec(), m.payload().map(<[u8]>::to_vec));
+                table.insert(
+                    m.key().unwrap_or_default().to_vec(),
+                    m.payload().map(<[u8]>::to_vec),
+                );
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 done.insert(p);

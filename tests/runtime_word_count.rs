@@ -33,7 +33,10 @@ fn output_counts(topic: &str) -> BTreeMap<String, i64> {
         .into_iter()
         .map(|(k, v)| {
             let v = v.expect("counts are never null");
-            (String::from_utf8(k).unwrap(), i64::from_be_bytes(v.as_slice().try_into().expect("8-byte count")))
+            (
+                String::from_utf8(k).unwrap(),
+                i64::from_be_bytes(v.as_slice().try_into().expect("8-byte count")),
+            )
         })
         .collect()
 }
@@ -52,9 +55,17 @@ fn wait_for_output(
             return counts;
         }
         for app in apps.iter_mut() {
-            assert!(app.is_running(), "an instance exited early; log {}:\n{}", app.log.display(), tail(&app.log_text()));
+            assert!(
+                app.is_running(),
+                "an instance exited early; log {}:\n{}",
+                app.log.display(),
+                tail(&app.log_text())
+            );
         }
-        assert!(Instant::now() < deadline, "output did not converge within {timeout:?}; last: {counts:?}");
+        assert!(
+            Instant::now() < deadline,
+            "output did not converge within {timeout:?}; last: {counts:?}"
+        );
         std::thread::sleep(Duration::from_secs(1));
     }
 }
@@ -77,7 +88,12 @@ impl Fixture {
         let input = format!("{app_id}-lines");
         let output = format!("{app_id}-counts-out");
         common::create_topics(&[(&input, 4), (&output, 4)]).await;
-        Fixture { app_id, input, output, dir: tempfile::tempdir().unwrap() }
+        Fixture {
+            app_id,
+            input,
+            output,
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn settings(&self, guarantee: &str) -> Vec<String> {
@@ -96,15 +112,29 @@ impl Fixture {
     }
 
     fn produce(&self, start: u64, count: u64) {
-        weir::tools::generate(&common::bootstrap(), &self.input, word_count::sample, start, count, 0)
-            .expect("writing input");
+        weir::tools::generate(
+            &common::bootstrap(),
+            &self.input,
+            word_count::sample,
+            start,
+            count,
+            0,
+        )
+        .expect("writing input");
     }
 }
 
 /// Prints the restore figures each instance logged.
 fn print_restores(label: &str, app: &WeirApp) {
-    for line in app.log_text().lines().filter(|l| l.contains("restored task")) {
-        println!("{label}: {}", line.split("restored task").last().unwrap_or(line).trim());
+    for line in app
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("restored task"))
+    {
+        println!(
+            "{label}: {}",
+            line.split("restored task").last().unwrap_or(line).trim()
+        );
     }
 }
 
@@ -123,16 +153,25 @@ async fn three_instances_count_exactly_once() {
         let truth = truth.clone();
         move || {
             let mut apps = [&mut a, &mut b, &mut c];
-            let counts = wait_for_output(&out, Duration::from_secs(300), &mut apps, |c| *c == truth);
+            let counts =
+                wait_for_output(&out, Duration::from_secs(300), &mut apps, |c| *c == truth);
             for app in apps.iter_mut() {
-                assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{}", tail(&app.log_text()));
+                assert_eq!(
+                    app.stop(),
+                    Some(0),
+                    "graceful stop exits 0; log:\n{}",
+                    tail(&app.log_text())
+                );
             }
             counts
         }
     })
     .await
     .unwrap();
-    println!("3 instances, exactly_once_v2: {n} sentences counted exactly in {:?}", started.elapsed());
+    println!(
+        "3 instances, exactly_once_v2: {n} sentences counted exactly in {:?}",
+        started.elapsed()
+    );
     assert_eq!(counts, truth);
 }
 
@@ -161,12 +200,22 @@ async fn scale_out_and_in_keeps_counts_exact() {
     let mut second = f.start(1, "exactly_once_v2");
     let mut third = f.start(2, "exactly_once_v2");
     std::thread::sleep(Duration::from_secs(8));
-    assert_eq!(second.stop(), Some(0), "graceful scale-in exits 0; log:\n{}", tail(&second.log_text()));
+    assert_eq!(
+        second.stop(),
+        Some(0),
+        "graceful scale-in exits 0; log:\n{}",
+        tail(&second.log_text())
+    );
     producing.join().unwrap();
     let truth = true_counts(n);
     let out = f.output.clone();
     let counts = tokio::task::spawn_blocking(move || {
-        let counts = wait_for_output(&out, Duration::from_secs(300), &mut [&mut first, &mut third], |c| *c == truth);
+        let counts = wait_for_output(
+            &out,
+            Duration::from_secs(300),
+            &mut [&mut first, &mut third],
+            |c| *c == truth,
+        );
         assert_eq!(first.stop(), Some(0));
         assert_eq!(third.stop(), Some(0));
         counts
@@ -176,7 +225,11 @@ async fn scale_out_and_in_keeps_counts_exact() {
     watching.store(false, Ordering::SeqCst);
     let gaps = watcher.join().unwrap();
     for (at, gap) in &gaps {
-        println!("output pause of {:.2} s at t={:.1} s (rebalance)", gap.as_secs_f64(), at.as_secs_f64());
+        println!(
+            "output pause of {:.2} s at t={:.1} s (rebalance)",
+            gap.as_secs_f64(),
+            at.as_secs_f64()
+        );
     }
     assert_eq!(counts, true_counts(n));
 }
@@ -224,13 +277,27 @@ fn crash_run(f: &Fixture, guarantee: &str, n: u64) -> (BTreeMap<String, i64>, Ve
     f.produce(6 * per_round, rest);
     let truth = true_counts(n);
     let exact = guarantee == "exactly_once_v2";
-    let counts = wait_for_output(&f.output, Duration::from_secs(300), &mut [&mut stable, &mut victim], |c| {
-        if exact { *c == truth } else { truth.iter().all(|(w, t)| c.get(w).is_some_and(|v| v >= t)) }
-    });
+    let counts = wait_for_output(
+        &f.output,
+        Duration::from_secs(300),
+        &mut [&mut stable, &mut victim],
+        |c| {
+            if exact {
+                *c == truth
+            } else {
+                truth.iter().all(|(w, t)| c.get(w).is_some_and(|v| v >= t))
+            }
+        },
+    );
     let mut restores = Vec::new();
     for (label, app) in [("stable", &stable), ("restarted", &victim)] {
         print_restores(label, app);
-        restores.extend(app.log_text().lines().filter(|l| l.contains("restored task")).map(str::to_string));
+        restores.extend(
+            app.log_text()
+                .lines()
+                .filter(|l| l.contains("restored task"))
+                .map(str::to_string),
+        );
     }
     assert_eq!(stable.stop(), Some(0));
     assert_eq!(victim.stop(), Some(0));
@@ -249,19 +316,31 @@ async fn five_sigkills_keep_counts_exact_under_exactly_once() {
     .await
     .unwrap();
     assert_eq!(counts, true_counts(n), "exactly-once survives 5 SIGKILLs");
-    assert!(!restores.is_empty(), "restarted instances restored state from changelogs");
+    assert!(
+        !restores.is_empty(),
+        "restarted instances restored state from changelogs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn five_sigkills_never_lose_counts_under_at_least_once() {
     let f = Fixture::new("wc-crash-alos").await;
     let n = 60_000;
-    let (counts, _) = tokio::task::spawn_blocking(move || crash_run(&f, "at_least_once", n)).await.unwrap();
+    let (counts, _) = tokio::task::spawn_blocking(move || crash_run(&f, "at_least_once", n))
+        .await
+        .unwrap();
     let truth = true_counts(n);
     let over: i64 = truth.iter().map(|(w, t)| counts[w] - t).sum();
     let total: i64 = truth.values().sum();
-    println!("at_least_once after 5 SIGKILLs: over-count {over} of {total} words ({:.2}%)", over as f64 * 100.0 / total as f64);
+    println!(
+        "at_least_once after 5 SIGKILLs: over-count {over} of {total} words ({:.2}%)",
+        over as f64 * 100.0 / total as f64
+    );
     for (w, t) in &truth {
-        assert!(counts[w] >= *t, "at-least-once never loses: {w} counted {} < {t}", counts[w]);
+        assert!(
+            counts[w] >= *t,
+            "at-least-once never loses: {w} counted {} < {t}",
+            counts[w]
+        );
     }
 }

@@ -53,7 +53,9 @@ impl Params {
 
 /// An unknown parameter was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key 'topology.{key}': topology '{topology}' has no such parameter; it takes {known}")]
+#[error(
+    "config key 'topology.{key}': topology '{topology}' has no such parameter; it takes {known}"
+)]
 pub struct ParamError {
     /// The topology.
     pub topology: String,
@@ -66,14 +68,22 @@ pub struct ParamError {
 impl ShippedTopology {
     /// Checks `given` against the declared parameters and fills in defaults.
     pub fn params(&self, given: &BTreeMap<String, String>) -> Result<Params, ParamError> {
-        let mut values: BTreeMap<String, String> =
-            self.params.iter().map(|p| (p.name.to_string(), p.default.to_string())).collect();
+        let mut values: BTreeMap<String, String> = self
+            .params
+            .iter()
+            .map(|p| (p.name.to_string(), p.default.to_string()))
+            .collect();
         for (k, v) in given {
             if !values.contains_key(k) {
                 return Err(ParamError {
                     topology: self.name.to_string(),
                     key: k.clone(),
-                    known: self.params.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+                    known: self
+                        .params
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             }
             values.insert(k.clone(), v.clone());
@@ -83,12 +93,18 @@ impl ShippedTopology {
 
     /// Input topic names under `params`.
     pub fn input_topics(&self, params: &Params) -> Vec<String> {
-        self.input_params.iter().map(|p| params.get(p).to_string()).collect()
+        self.input_params
+            .iter()
+            .map(|p| params.get(p).to_string())
+            .collect()
     }
 
     /// Output topic names under `params`.
     pub fn output_topics(&self, params: &Params) -> Vec<String> {
-        self.output_params.iter().map(|p| params.get(p).to_string()).collect()
+        self.output_params
+            .iter()
+            .map(|p| params.get(p).to_string())
+            .collect()
     }
 }
 

@@ -9,7 +9,9 @@
 //!   value: the count as a big-endian 64-bit integer, Kafka's `LongSerde`).
 
 use super::{Param, Params, ShippedTopology};
-use crate::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology, TopologyError};
+use crate::topology::{
+    Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology, TopologyError,
+};
 
 /// The default input topic.
 pub const INPUT: &str = "text-lines";
@@ -21,8 +23,16 @@ pub const WORD_COUNT: ShippedTopology = ShippedTopology {
     name: "word-count",
     description: "counts words of the lines in text-lines; every new count goes to word-counts",
     params: &[
-        Param { name: "input_topic", default: INPUT, doc: "topic of text lines (values: UTF-8)" },
-        Param { name: "output_topic", default: OUTPUT, doc: "topic of word counts (key: word, value: i64 big-endian)" },
+        Param {
+            name: "input_topic",
+            default: INPUT,
+            doc: "topic of text lines (values: UTF-8)",
+        },
+        Param {
+            name: "output_topic",
+            default: OUTPUT,
+            doc: "topic of word counts (key: word, value: i64 big-endian)",
+        },
     ],
     input_params: &["input_topic"],
     output_params: &["output_topic"],
@@ -41,7 +51,11 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
     let builder = StreamsBuilder::new();
     builder
         .stream::<(), String>(params.get("input_topic"), Consumed::new())
-        .flat_map_values(|line: String| line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>())
+        .flat_map_values(|line: String| {
+            line.split_whitespace()
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+        })
         .group_by(|_, word: &String| word.clone(), Grouped::as_("counts"))
         .count(Materialized::as_("counts"))
         .to_stream()
@@ -50,8 +64,24 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
 }
 
 const WORDS: &[&str] = &[
-    "stream", "table", "kafka", "weir", "state", "window", "join", "task", "commit", "offset",
-    "record", "partition", "changelog", "restore", "rebalance", "exactly", "once", "rust",
+    "stream",
+    "table",
+    "kafka",
+    "weir",
+    "state",
+    "window",
+    "join",
+    "task",
+    "commit",
+    "offset",
+    "record",
+    "partition",
+    "changelog",
+    "restore",
+    "rebalance",
+    "exactly",
+    "once",
+    "rust",
 ];
 
 /// Sample line `i` (null key): five words chosen deterministically from a small vocabulary.

@@ -46,7 +46,10 @@ impl KafkaStreams {
     }
 
     /// Calls `listener(old, new)` on every state change.
-    pub fn set_state_listener(&self, listener: impl Fn(AppState, AppState) + Send + Sync + 'static) {
+    pub fn set_state_listener(
+        &self,
+        listener: impl Fn(AppState, AppState) + Send + Sync + 'static,
+    ) {
         let listener: StateListener = Box::new(listener);
         self.state.add_listener(listener);
     }
@@ -72,7 +75,10 @@ impl KafkaStreams {
     /// topics differ in partition count, or the state directory is in use.
     pub fn start(&mut self) -> Result<(), StreamsError> {
         if self.state.get() != AppState::Created {
-            return Err(StreamsError::IllegalState { action: "start", state: self.state.get() });
+            return Err(StreamsError::IllegalState {
+                action: "start",
+                state: self.state.get(),
+            });
         }
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
@@ -82,8 +88,15 @@ impl KafkaStreams {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| StreamsError::Store(crate::state::StoreError::Io { path: "tokio runtime".into(), source: e }))?;
-        runtime.block_on(topics::create_internal_topics(&admin, &metadata, &layout, &existing))?;
+            .map_err(|e| {
+                StreamsError::Store(crate::state::StoreError::Io {
+                    path: "tokio runtime".into(),
+                    source: e,
+                })
+            })?;
+        runtime.block_on(topics::create_internal_topics(
+            &admin, &metadata, &layout, &existing,
+        ))?;
 
         let state_dir = Arc::new(InstanceState::open(config)?);
         let process_id = state_dir.process_id().to_string();
@@ -115,11 +128,18 @@ impl KafkaStreams {
                         env.state.transition(AppState::PendingError);
                         env.shutdown.store(true, Ordering::SeqCst);
                     }
-                    if alive.fetch_sub(1, Ordering::SeqCst) == 1 && env.state.get() == AppState::PendingError {
+                    if alive.fetch_sub(1, Ordering::SeqCst) == 1
+                        && env.state.get() == AppState::PendingError
+                    {
                         env.state.transition(AppState::Error);
                     }
                 })
-                .map_err(|e| StreamsError::Store(crate::state::StoreError::Io { path: "stream thread".into(), source: e }))?;
+                .map_err(|e| {
+                    StreamsError::Store(crate::state::StoreError::Io {
+                        path: "stream thread".into(),
+                        source: e,
+                    })
+                })?;
             self.threads.push(handle);
         }
         Ok(())

@@ -16,7 +16,10 @@ use super::collector::{ProducerEvents, ProducerEventsContext, ThreadProducer};
 use super::thread::RebalanceContext;
 use crate::config::StreamsConfig;
 
-fn base(config: &StreamsConfig, overrides: &std::collections::BTreeMap<String, String>) -> ClientConfig {
+fn base(
+    config: &StreamsConfig,
+    overrides: &std::collections::BTreeMap<String, String>,
+) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.bootstrap_servers);
     for (k, v) in config.client_overrides.iter().chain(overrides) {
@@ -35,7 +38,10 @@ pub(crate) fn consumer(
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.bootstrap_servers)
         .set("group.id", &config.application_id)
-        .set("client.id", format!("{}-{process_id}-{index}-consumer", config.application_id))
+        .set(
+            "client.id",
+            format!("{}-{process_id}-{index}-consumer", config.application_id),
+        )
         // Co-partitioned topics land together (see the BRIEF's assignment notes).
         .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
@@ -46,13 +52,25 @@ pub(crate) fn consumer(
         .set("heartbeat.interval.ms", "2000")
         .set(
             "isolation.level",
-            if config.is_exactly_once() { "read_committed" } else { "read_uncommitted" },
+            if config.is_exactly_once() {
+                "read_committed"
+            } else {
+                "read_uncommitted"
+            },
         );
-    for (k, v) in config.client_overrides.iter().chain(&config.consumer_overrides) {
+    for (k, v) in config
+        .client_overrides
+        .iter()
+        .chain(&config.consumer_overrides)
+    {
         c.set(k, v);
     }
-    c.create_with_context(context)
-        .map_err(|e| StreamsError::kafka("creating the consumer (check the consumer./kafka. options)", e))
+    c.create_with_context(context).map_err(|e| {
+        StreamsError::kafka(
+            "creating the consumer (check the consumer./kafka. options)",
+            e,
+        )
+    })
 }
 
 /// The consumer that restores stores from changelogs (no group).
@@ -62,7 +80,8 @@ pub(crate) fn restore_consumer(config: &StreamsConfig) -> Result<BaseConsumer, S
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    c.create().map_err(|e| StreamsError::kafka("creating the restore consumer", e))
+    c.create()
+        .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
 }
 
 /// The producer of a stream thread; transactional when `transactional_id` is given.
@@ -83,19 +102,35 @@ pub(crate) fn producer(
             // blocks read_committed readers for at most this long.
             .set("transaction.timeout.ms", "10000");
     }
-    for (k, v) in config.client_overrides.iter().chain(&config.producer_overrides) {
+    for (k, v) in config
+        .client_overrides
+        .iter()
+        .chain(&config.producer_overrides)
+    {
         c.set(k, v);
     }
-    let context = ProducerEventsContext { events, transactional_id: transactional_id.map(str::to_string) };
-    c.create_with_context(context)
-        .map_err(|e| StreamsError::kafka("creating the producer (check the producer./kafka. options)", e))
+    let context = ProducerEventsContext {
+        events,
+        transactional_id: transactional_id.map(str::to_string),
+    };
+    c.create_with_context(context).map_err(|e| {
+        StreamsError::kafka(
+            "creating the producer (check the producer./kafka. options)",
+            e,
+        )
+    })
 }
 
 /// The admin client.
-pub(crate) fn admin(config: &StreamsConfig) -> Result<AdminClient<DefaultClientContext>, StreamsError> {
-    base(config, &config.admin_overrides)
-        .create()
-        .map_err(|e| StreamsError::kafka("creating the admin client (check the admin./kafka. options)", e))
+pub(crate) fn admin(
+    config: &StreamsConfig,
+) -> Result<AdminClient<DefaultClientContext>, StreamsError> {
+    base(config, &config.admin_overrides).create().map_err(|e| {
+        StreamsError::kafka(
+            "creating the admin client (check the admin./kafka. options)",
+            e,
+        )
+    })
 }
 
 /// A plain client for metadata requests.

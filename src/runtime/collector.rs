@@ -59,7 +59,11 @@ impl ProducerContext for ProducerEventsContext {
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         match result {
             Ok(message) if opaque == OPAQUE_CHANGELOG => {
-                let mut map = self.events.changelog_offsets.lock().expect("producer events lock");
+                let mut map = self
+                    .events
+                    .changelog_offsets
+                    .lock()
+                    .expect("producer events lock");
                 let topic = message.topic();
                 let partitions = match map.get_mut(topic) {
                     Some(p) => p,
@@ -91,7 +95,11 @@ pub(crate) struct KafkaCollector<'a> {
 
 impl RecordCollector for KafkaCollector<'_> {
     fn send(&mut self, record: OutputRecord<'_>) -> Result<(), CollectorError> {
-        let opaque = if record.kind == OutputKind::Changelog { OPAQUE_CHANGELOG } else { OPAQUE_OUTPUT };
+        let opaque = if record.kind == OutputKind::Changelog {
+            OPAQUE_CHANGELOG
+        } else {
+            OPAQUE_OUTPUT
+        };
         let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(record.topic, opaque)
             .timestamp(record.timestamp);
         if let Some(key) = record.key {
@@ -104,9 +112,15 @@ impl RecordCollector for KafkaCollector<'_> {
             base = base.partition(partition);
         }
         if !record.headers.is_empty() {
-            let headers = record.headers.iter().fold(OwnedHeaders::new(), |h, header| {
-                h.insert(KafkaHeader { key: &header.key, value: header.value.as_deref() })
-            });
+            let headers = record
+                .headers
+                .iter()
+                .fold(OwnedHeaders::new(), |h, header| {
+                    h.insert(KafkaHeader {
+                        key: &header.key,
+                        value: header.value.as_deref(),
+                    })
+                });
             base = base.headers(headers);
         }
         loop {
@@ -118,7 +132,10 @@ impl RecordCollector for KafkaCollector<'_> {
                     self.producer.poll(Duration::from_millis(10));
                 }
                 Err((error, _)) => {
-                    return Err(CollectorError { topic: record.topic.to_string(), source: Box::new(error) });
+                    return Err(CollectorError {
+                        topic: record.topic.to_string(),
+                        source: Box::new(error),
+                    });
                 }
             }
         }

@@ -76,6 +76,9 @@ pub enum StreamsError {
 
 impl StreamsError {
     pub(crate) fn kafka(context: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
-        StreamsError::Kafka { context: context.into(), source }
+        StreamsError::Kafka {
+            context: context.into(),
+            source,
+        }
     }
 }

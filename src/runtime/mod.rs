@@ -26,5 +26,5 @@ pub mod topics;
 pub use app::KafkaStreams;
 pub use error::StreamsError;
 pub use restore::RestoreStats;
-pub use state::{AppState, StateListener};
 pub(crate) use state::StateCell;
+pub use state::{AppState, StateListener};

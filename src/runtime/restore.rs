@@ -38,15 +38,22 @@ pub(crate) fn restore_task(
     timeout: Duration,
 ) -> Result<RestoreStats, StreamsError> {
     let partition = task.id().partition;
-    let changelogs: Vec<(String, String)> =
-        task.changelog_topics().map(|(s, t)| (s.to_string(), t.to_string())).collect();
+    let changelogs: Vec<(String, String)> = task
+        .changelog_topics()
+        .map(|(s, t)| (s.to_string(), t.to_string()))
+        .collect();
     let mut stats = RestoreStats::default();
     let mut last_offsets: HashMap<String, i64> = HashMap::new();
     for (store, topic) in &changelogs {
         let committed = task.read_store(store, |s| s.committed_offset()).flatten();
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, timeout)
-            .map_err(|e| StreamsError::kafka(format!("reading the end of changelog {topic}/{partition}"), e))?;
+            .map_err(|e| {
+                StreamsError::kafka(
+                    format!("reading the end of changelog {topic}/{partition}"),
+                    e,
+                )
+            })?;
         stats.changelog_size += (high - low).max(0) as u64;
         if let Some(c) = committed
             && c >= high
@@ -66,7 +73,9 @@ pub(crate) fn restore_task(
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, Offset::Offset(start))
             .map_err(|e| StreamsError::kafka("building the restore assignment", e))?;
-        consumer.assign(&tpl).map_err(|e| StreamsError::kafka(format!("assigning {topic}/{partition} for restore"), e))?;
+        consumer.assign(&tpl).map_err(|e| {
+            StreamsError::kafka(format!("assigning {topic}/{partition} for restore"), e)
+        })?;
         let deadline = Instant::now() + timeout;
         let mut last = None;
         loop {
@@ -86,13 +95,18 @@ pub(crate) fn restore_task(
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) => break,
                 Some(Err(e)) => {
-                    return Err(StreamsError::kafka(format!("restoring from {topic}/{partition}"), e));
+                    return Err(StreamsError::kafka(
+                        format!("restoring from {topic}/{partition}"),
+                        e,
+                    ));
                 }
                 None => {}
             }
             if Instant::now() > deadline {
                 return Err(StreamsError::kafka(
-                    format!("restoring from {topic}/{partition} did not reach offset {high} in time"),
+                    format!(
+                        "restoring from {topic}/{partition} did not reach offset {high} in time"
+                    ),
                     KafkaError::PartitionEOF(partition),
                 ));
             }

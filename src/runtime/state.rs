@@ -61,7 +61,10 @@ pub(crate) struct StateCell {
 
 impl StateCell {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(StateCell { inner: Mutex::new((AppState::Created, Vec::new())), changed: Condvar::new() })
+        Arc::new(StateCell {
+            inner: Mutex::new((AppState::Created, Vec::new())),
+            changed: Condvar::new(),
+        })
     }
 
     pub(crate) fn get(&self) -> AppState {
@@ -98,7 +101,11 @@ impl StateCell {
             if now >= deadline {
                 break;
             }
-            guard = self.changed.wait_timeout(guard, deadline - now).expect("state lock").0;
+            guard = self
+                .changed
+                .wait_timeout(guard, deadline - now)
+                .expect("state lock")
+                .0;
         }
         guard.0
     }
@@ -117,11 +124,17 @@ mod tests {
         cell.add_listener(Box::new(move |_, _| {
             s.fetch_add(1, Ordering::SeqCst);
         }));
-        assert!(!cell.transition(AppState::Running), "Created cannot jump to Running");
+        assert!(
+            !cell.transition(AppState::Running),
+            "Created cannot jump to Running"
+        );
         assert!(cell.transition(AppState::Rebalancing));
         assert!(cell.transition(AppState::Running));
         assert!(cell.transition(AppState::PendingShutdown));
-        assert!(!cell.transition(AppState::Running), "no way back from shutdown");
+        assert!(
+            !cell.transition(AppState::Running),
+            "no way back from shutdown"
+        );
         assert!(cell.transition(AppState::NotRunning));
         assert_eq!(seen.load(Ordering::SeqCst), 4);
         assert_eq!(cell.get(), AppState::NotRunning);

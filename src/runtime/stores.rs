@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::StreamsConfig;
 use crate::processor::{StoreProvider, StoreSpec, TaskId};
-use crate::state::{KeyValueStore, RocksDbMemory, StateConfig, StateDirectory, StoreError, open_key_value_store};
+use crate::state::{
+    KeyValueStore, RocksDbMemory, StateConfig, StateDirectory, StoreError, open_key_value_store,
+};
 
 /// The locked state directory of this instance and its process id.
 pub(crate) struct InstanceState {
@@ -34,7 +36,12 @@ impl InstanceState {
         };
         let dir = StateDirectory::open(&state_config, &config.application_id)?;
         let process_id = read_or_create_process_id(dir.path())?;
-        Ok(InstanceState { memory: RocksDbMemory::new(&state_config), dir: Mutex::new(dir), process_id, state_config })
+        Ok(InstanceState {
+            memory: RocksDbMemory::new(&state_config),
+            dir: Mutex::new(dir),
+            process_id,
+            state_config,
+        })
     }
 
     /// This instance's process id.
@@ -44,7 +51,9 @@ impl InstanceState {
 
     /// A provider opening stores of tasks in this directory.
     pub(crate) fn provider(self: &Arc<Self>) -> TaskStoreProvider {
-        TaskStoreProvider { state: self.clone() }
+        TaskStoreProvider {
+            state: self.clone(),
+        }
     }
 }
 
@@ -59,12 +68,18 @@ fn read_or_create_process_id(app_dir: &Path) -> Result<String, StoreError> {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
     );
     hasher.write_u32(std::process::id());
     let id = format!("{:016x}", hasher.finish());
     let tmp = app_dir.join("process.id.tmp");
-    std::fs::write(&tmp, &id).map_err(|e| StoreError::Io { path: tmp.clone(), source: e })?;
+    std::fs::write(&tmp, &id).map_err(|e| StoreError::Io {
+        path: tmp.clone(),
+        source: e,
+    })?;
     std::fs::rename(&tmp, &path).map_err(|e| StoreError::Io { path, source: e })?;
     Ok(id)
 }
@@ -75,8 +90,22 @@ pub(crate) struct TaskStoreProvider {
 }
 
 impl StoreProvider for TaskStoreProvider {
-    fn key_value_store(&mut self, task: TaskId, spec: &StoreSpec<'_>) -> Result<Box<dyn KeyValueStore>, StoreError> {
-        let path = self.state.dir.lock().expect("state dir lock").store_dir(&task.to_string(), spec.name)?;
-        open_key_value_store(self.state.state_config.default_backend, &path, spec.name, &self.state.memory)
+    fn key_value_store(
+        &mut self,
+        task: TaskId,
+        spec: &StoreSpec<'_>,
+    ) -> Result<Box<dyn KeyValueStore>, StoreError> {
+        let path = self
+            .state
+            .dir
+            .lock()
+            .expect("state dir lock")
+            .store_dir(&task.to_string(), spec.name)?;
+        open_key_value_store(
+            self.state.state_config.default_backend,
+            &path,
+            spec.name,
+            &self.state.memory,
+        )
     }
 }

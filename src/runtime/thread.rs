@@ -88,15 +88,29 @@ impl Core {
     }
 
     fn transactional_id(&self) -> String {
-        self.producer.context().transactional_id.clone().unwrap_or_default()
+        self.producer
+            .context()
+            .transactional_id
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Classifies a producer error into "abort and go on" or fatal.
     fn classify(&self, context: &str, error: KafkaError) -> TxnError {
         if let KafkaError::Transaction(rd) = &error {
-            if rd.is_fatal() || rd.code() == RDKafkaErrorCode::Fenced || rd.code() == RDKafkaErrorCode::ProducerFenced {
-                if matches!(rd.code(), RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch) {
-                    return TxnError::Fatal(StreamsError::Fenced { transactional_id: self.transactional_id() });
+            if rd.is_fatal()
+                || rd.code() == RDKafkaErrorCode::Fenced
+                || rd.code() == RDKafkaErrorCode::ProducerFenced
+            {
+                if matches!(
+                    rd.code(),
+                    RDKafkaErrorCode::Fenced
+                        | RDKafkaErrorCode::ProducerFenced
+                        | RDKafkaErrorCode::InvalidProducerEpoch
+                ) {
+                    return TxnError::Fatal(StreamsError::Fenced {
+                        transactional_id: self.transactional_id(),
+                    });
                 }
                 return TxnError::Fatal(StreamsError::kafka(context.to_string(), error));
             }
@@ -136,7 +150,10 @@ impl Core {
             .flush(TXN_TIMEOUT)
             .map_err(|e| self.classify("flushing the producer", e))?;
         if let Some(error) = self.events.take_error() {
-            return Err(TxnError::Abort(StreamsError::kafka("delivering records", error)));
+            return Err(TxnError::Abort(StreamsError::kafka(
+                "delivering records",
+                error,
+            )));
         }
         let offsets = self.offsets_list();
         if self.exactly_once() {
@@ -169,7 +186,11 @@ impl Core {
         }
         self.offsets.clear();
         self.dirty = false;
-        tracing::debug!(thread = self.thread, elapsed_ms = started.elapsed().as_millis() as u64, "committed");
+        tracing::debug!(
+            thread = self.thread,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "committed"
+        );
         Ok(())
     }
 
@@ -207,7 +228,10 @@ impl Core {
                     .layout
                     .subtopology_of_topic
                     .get(topic)
-                    .map(|&sub| TaskId { subtopology: sub, partition: *partition })
+                    .map(|&sub| TaskId {
+                        subtopology: sub,
+                        partition: *partition,
+                    })
             })
             .collect();
         ids.sort();
@@ -215,7 +239,12 @@ impl Core {
         let now = wall_clock_ms();
         for id in ids {
             let mut provider = self.env.stores.provider();
-            let mut task = TaskInstance::new(self.env.topology.clone(), id, self.env.task_config.clone(), &mut provider)?;
+            let mut task = TaskInstance::new(
+                self.env.topology.clone(),
+                id,
+                self.env.task_config.clone(),
+                &mut provider,
+            )?;
             let started = Instant::now();
             let stats = restore_task(&mut task, &self.restore_consumer, Duration::from_secs(300))?;
             if stats.changelog_size > 0 {
@@ -228,7 +257,10 @@ impl Core {
                 );
             }
             self.begin_if_needed().map_err(TxnError::into_error)?;
-            let mut collector = KafkaCollector { producer: &self.producer, partitions: &self.env.layout.partitions };
+            let mut collector = KafkaCollector {
+                producer: &self.producer,
+                partitions: &self.env.layout.partitions,
+            };
             task.initialize(now, &mut collector)?;
             self.tasks.insert(id, task);
         }
@@ -237,7 +269,11 @@ impl Core {
 
     /// Recovers from an abortable error: abort, rebuild tasks from their
     /// committed state, and rewind the consumer to the committed offsets.
-    fn recover(&mut self, consumer: &BaseConsumer<RebalanceContext>, cause: &StreamsError) -> Result<(), StreamsError> {
+    fn recover(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+        cause: &StreamsError,
+    ) -> Result<(), StreamsError> {
         tracing::warn!(thread = self.thread, error = %cause, "aborting the transaction and rewinding to the last commit");
         self.abort();
         self.close_tasks();
@@ -321,7 +357,9 @@ impl ConsumerContext for RebalanceContext {
         let Some(core) = guard.as_mut() else { return };
         match rebalance {
             Rebalance::Revoke(_) => {
-                let _span = tracing::info_span!("rebalance", thread = core.thread, phase = "revoke").entered();
+                let _span =
+                    tracing::info_span!("rebalance", thread = core.thread, phase = "revoke")
+                        .entered();
                 self.enter_rebalance(core);
                 if consumer.assignment_lost() {
                     tracing::warn!("assignment lost: aborting instead of committing");
@@ -352,9 +390,14 @@ impl ConsumerContext for RebalanceContext {
         let mut guard = self.lock();
         let Some(core) = guard.as_mut() else { return };
         if let Rebalance::Assign(tpl) = rebalance {
-            let _span = tracing::info_span!("rebalance", thread = core.thread, phase = "assign").entered();
+            let _span =
+                tracing::info_span!("rebalance", thread = core.thread, phase = "assign").entered();
             core.generation += 1;
-            core.assignment = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+            core.assignment = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect();
             tracing::info!(partitions = core.assignment.len(), "assigned");
             if let Err(e) = core.open_tasks() {
                 core.fatal.get_or_insert(e);
@@ -368,13 +411,15 @@ impl ConsumerContext for RebalanceContext {
 pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result<(), StreamsError> {
     let config = &env.config;
     let app = &config.application_id;
-    let transactional_id = config.is_exactly_once().then(|| format!("{app}-{process_id}-{index}"));
+    let transactional_id = config
+        .is_exactly_once()
+        .then(|| format!("{app}-{process_id}-{index}"));
     let events = Arc::new(ProducerEvents::default());
     let producer = super::clients::producer(config, transactional_id.as_deref(), events.clone())?;
     if transactional_id.is_some() {
-        producer
-            .init_transactions(TXN_TIMEOUT)
-            .map_err(|e| StreamsError::kafka("initializing transactions (fencing older instances)", e))?;
+        producer.init_transactions(TXN_TIMEOUT).map_err(|e| {
+            StreamsError::kafka("initializing transactions (fencing older instances)", e)
+        })?;
     }
     let restore_consumer = super::clients::restore_consumer(config)?;
     let core = Arc::new(Mutex::new(Some(Core {
@@ -392,8 +437,12 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         fatal: None,
         in_rebalance: false,
     })));
-    let context = RebalanceContext { core: core.clone(), env: env.clone() };
-    let consumer: BaseConsumer<RebalanceContext> = super::clients::consumer(config, index, process_id, context)?;
+    let context = RebalanceContext {
+        core: core.clone(),
+        env: env.clone(),
+    };
+    let consumer: BaseConsumer<RebalanceContext> =
+        super::clients::consumer(config, index, process_id, context)?;
     let topics = env.layout.source_topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
@@ -473,14 +522,30 @@ fn main_loop(
                     TxnError::Fatal(e) => return Err(e),
                 }
             }
-            let Core { tasks, producer, offsets, env: core_env, .. } = c;
-            let mut collector = KafkaCollector { producer, partitions: &core_env.layout.partitions };
+            let Core {
+                tasks,
+                producer,
+                offsets,
+                env: core_env,
+                ..
+            } = c;
+            let mut collector = KafkaCollector {
+                producer,
+                partitions: &core_env.layout.partitions,
+            };
             let mut failed = None;
             for message in &batch {
                 let topic = message.topic();
-                let Some(&sub) = core_env.layout.subtopology_of_topic.get(topic) else { continue };
-                let id = TaskId { subtopology: sub, partition: message.partition() };
-                let Some(task) = tasks.get_mut(&id) else { continue };
+                let Some(&sub) = core_env.layout.subtopology_of_topic.get(topic) else {
+                    continue;
+                };
+                let id = TaskId {
+                    subtopology: sub,
+                    partition: message.partition(),
+                };
+                let Some(task) = tasks.get_mut(&id) else {
+                    continue;
+                };
                 let owned_headers;
                 let headers = match message.headers() {
                     Some(h) if h.count() > 0 => {
@@ -525,8 +590,16 @@ fn main_loop(
             }
         }
         {
-            let Core { tasks, producer, env: core_env, .. } = c;
-            let mut collector = KafkaCollector { producer, partitions: &core_env.layout.partitions };
+            let Core {
+                tasks,
+                producer,
+                env: core_env,
+                ..
+            } = c;
+            let mut collector = KafkaCollector {
+                producer,
+                partitions: &core_env.layout.partitions,
+            };
             let mut punctuated = false;
             for task in tasks.values_mut() {
                 if task.punctuate_wall_clock(now, &mut collector)? > 0 {

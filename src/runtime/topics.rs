@@ -53,9 +53,9 @@ pub(crate) fn partition_counts(
     metadata_client: &BaseConsumer,
     timeout: Duration,
 ) -> Result<HashMap<String, i32>, StreamsError> {
-    let metadata = metadata_client
-        .fetch_metadata(None, timeout)
-        .map_err(|e| StreamsError::kafka("reading cluster metadata (is the broker reachable?)", e))?;
+    let metadata = metadata_client.fetch_metadata(None, timeout).map_err(|e| {
+        StreamsError::kafka("reading cluster metadata (is the broker reachable?)", e)
+    })?;
     Ok(metadata
         .topics()
         .iter()
@@ -87,7 +87,11 @@ pub fn plan(
         for topic in &user {
             match existing.get(topic.as_str()) {
                 Some(n) => counts.push(*n),
-                None => return Err(StreamsError::MissingSourceTopic { topic: topic.to_string() }),
+                None => {
+                    return Err(StreamsError::MissingSourceTopic {
+                        topic: topic.to_string(),
+                    });
+                }
             }
         }
         if counts.windows(2).any(|w| w[0] != w[1]) {
@@ -109,7 +113,9 @@ pub fn plan(
     }
     let repartition_partitions = max_user.max(1);
     for topic in &repartition_topics {
-        layout.partitions.insert(topic.clone(), repartition_partitions);
+        layout
+            .partitions
+            .insert(topic.clone(), repartition_partitions);
     }
     for (sub, user) in user_counts.iter().enumerate() {
         let sources = topology.source_topics(sub as u32, application_id);
@@ -132,12 +138,20 @@ pub fn plan(
         let tasks = layout.tasks_per_subtopology.get(sub).copied().unwrap_or(1);
         layout.partitions.insert(changelog.clone(), tasks);
     }
-    for topic in layout.repartition_topics.iter().chain(layout.changelog_topics.iter().map(|(_, t)| t)) {
+    for topic in layout
+        .repartition_topics
+        .iter()
+        .chain(layout.changelog_topics.iter().map(|(_, t)| t))
+    {
         let expected = layout.partitions[topic];
         if let Some(&actual) = existing.get(topic)
             && actual != expected
         {
-            return Err(StreamsError::InternalTopicMismatch { topic: topic.clone(), expected, actual });
+            return Err(StreamsError::InternalTopicMismatch {
+                topic: topic.clone(),
+                expected,
+                actual,
+            });
         }
     }
     Ok(layout)
@@ -160,7 +174,11 @@ pub(crate) async fn create_internal_topics(
         ));
     }
     for (_, topic) in &layout.changelog_topics {
-        wanted.push((topic.clone(), layout.partitions[topic], vec![("cleanup.policy", "compact")]));
+        wanted.push((
+            topic.clone(),
+            layout.partitions[topic],
+            vec![("cleanup.policy", "compact")],
+        ));
     }
     wanted.retain(|(name, _, _)| !existing.contains_key(name));
     if wanted.is_empty() {
@@ -195,7 +213,10 @@ pub(crate) async fn create_internal_topics(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let counts = partition_counts(metadata_client, Duration::from_secs(5))?;
-        if wanted.iter().all(|(name, n, _)| counts.get(name) == Some(n)) {
+        if wanted
+            .iter()
+            .all(|(name, n, _)| counts.get(name) == Some(n))
+        {
             return Ok(());
         }
         if Instant::now() > deadline {

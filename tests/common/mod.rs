@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::Message;
+use rdkafka::message::Headers as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -253,6 +254,19 @@ pub struct ReadRecord {
     pub value: Option<Vec<u8>>,
     /// Its timestamp (ms), if any.
     pub timestamp: Option<i64>,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl ReadRecord {
+    /// The value of header `key` as text, if present.
+    pub fn header(&self, key: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()))
+    }
 }
 
 /// Reads every partition of `topic` from the beginning to its current end
@@ -307,6 +321,10 @@ pub fn read_to_end_with(topic: &str, isolation: &str) -> Vec<ReadRecord> {
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
                     timestamp: m.timestamp().to_millis(),
+                    headers: m
+                        .headers()
+                        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
+                        .unwrap_or_default(),
                 });
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {

@@ -34,13 +34,20 @@ impl WeirApp {
         for s in settings {
             cmd.arg("--set").arg(s);
         }
-        cmd.env("WEIR_LOG", std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()))
-            .env_remove("WEIR_BOOTSTRAP_SERVERS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log_file));
+        cmd.env(
+            "WEIR_LOG",
+            std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .env_remove("WEIR_BOOTSTRAP_SERVERS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log_file));
         let child = cmd.spawn().expect("starting weir run");
-        WeirApp { child: Some(child), log: log.to_path_buf(), state_dir: state_dir.to_path_buf() }
+        WeirApp {
+            child: Some(child),
+            log: log.to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+        }
     }
 
     /// The child's pid.
@@ -59,7 +66,10 @@ impl WeirApp {
     /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
     pub fn stop(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
-        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         assert!(status.is_ok_and(|s| s.success()), "sending SIGTERM failed");
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
@@ -68,7 +78,11 @@ impl WeirApp {
             }
             if std::time::Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("weir (pid {}) did not stop within 90 s of SIGTERM; log: {}", child.id(), self.log.display());
+                panic!(
+                    "weir (pid {}) did not stop within 90 s of SIGTERM; log: {}",
+                    child.id(),
+                    self.log.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
