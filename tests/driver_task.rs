@@ -10,16 +10,17 @@ use weir::processor::{
 use weir::state::{InMemoryKeyValueStore, KeyValueStore, StoreError};
 use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
 
-#[derive(Default)]
-struct Collected(
-    Vec<(
-        String,
-        Option<i32>,
-        Option<Vec<u8>>,
-        Option<Vec<u8>>,
-        OutputKind,
-    )>,
+/// topic, partition, key, value, kind
+type Sent = (
+    String,
+    Option<i32>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    OutputKind,
 );
+
+#[derive(Default)]
+struct Collected(Vec<Sent>);
 
 impl RecordCollector for Collected {
     fn send(&mut self, r: OutputRecord<'_>) -> Result<(), CollectorError> {
