@@ -174,11 +174,12 @@ fn memory() -> RocksDbMemory {
     })
 }
 
+/// A session operation: kind (put/remove, find, expire+commit), key, two
+/// times, value (`None` removes).
+type SessionOp = (u8, Vec<u8>, i64, i64, Option<Vec<u8>>);
+
 /// Session model: sessions by (key, end, start).
-fn run_session(
-    ops: &[(u8, Vec<u8>, i64, i64, Option<Vec<u8>>)],
-    store: &mut dyn SessionStore,
-) -> Result<(), TestCaseError> {
+fn run_session(ops: &[SessionOp], store: &mut dyn SessionStore) -> Result<(), TestCaseError> {
     let mut model: BTreeMap<(Vec<u8>, i64, i64), Vec<u8>> = BTreeMap::new();
     let mut min_live = i64::MIN;
     for (kind, k, a, b, v) in ops {
@@ -236,7 +237,7 @@ fn run_session(
     Ok(())
 }
 
-fn session_op() -> impl Strategy<Value = (u8, Vec<u8>, i64, i64, Option<Vec<u8>>)> {
+fn session_op() -> impl Strategy<Value = SessionOp> {
     (
         any::<u8>(),
         key(),
@@ -273,4 +274,84 @@ proptest! {
         let mut store = RocksDbSessionStore::open(dir.path(), "s", &memory(), RETENTION_MS, SEGMENT_MS).unwrap();
         run_session(&ops, &mut store)?;
     }
+}
+
+#[test]
+fn window_and_session_stores_restore_from_their_changelog_keys() {
+    use weir::state::{ChangelogRecord, StateStore, StoreError, session};
+    let dir = tempfile::tempdir().unwrap();
+    let mem = memory();
+    // Window store: records as the runtime would log them.
+    let mut log: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    for i in 0..50i64 {
+        let k = vec![(i % 3) as u8];
+        log.push((window::changelog_key(&k, i * 10), Some(vec![i as u8])));
+    }
+    log.push((window::changelog_key(&[1], 10), None)); // a delete
+    let recs: Vec<ChangelogRecord<'_>> = log
+        .iter()
+        .map(|(k, v)| ChangelogRecord {
+            key: k,
+            value: v.as_deref(),
+        })
+        .collect();
+    let mut restored =
+        RocksDbWindowStore::open(&dir.path().join("w"), "w", &mem, 1_000, 100).unwrap();
+    restored.restore_batch(&recs[..20], 20).unwrap();
+    restored.restore_batch(&recs[20..], 51).unwrap();
+    assert_eq!(restored.committed_offset(), Some(51));
+    let mut source = InMemoryWindowStore::new("w", 1_000, 100).unwrap();
+    for i in 0..50i64 {
+        source
+            .put(&[(i % 3) as u8], i * 10, Some(&[i as u8]))
+            .unwrap();
+    }
+    source.put(&[1], 10, None).unwrap();
+    let got: Vec<_> = restored
+        .fetch_all(i64::MIN, i64::MAX)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let want: Vec<_> = source
+        .fetch_all(i64::MIN, i64::MAX)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 49);
+    let short = [ChangelogRecord {
+        key: b"abc",
+        value: None,
+    }];
+    assert!(matches!(
+        restored.restore_batch(&short, 52),
+        Err(StoreError::Corrupt { .. })
+    ));
+
+    // Session store.
+    let s = SessionKey {
+        key: b"k".to_vec(),
+        start_ms: 5,
+        end_ms: 70,
+    };
+    let key = session::changelog_key(&s);
+    assert_eq!(session::parse_changelog_key(&key), Some(s.clone()));
+    let mut sessions =
+        RocksDbSessionStore::open(&dir.path().join("s"), "s", &mem, 1_000, 100).unwrap();
+    sessions
+        .restore_batch(
+            &[ChangelogRecord {
+                key: &key,
+                value: Some(b"agg"),
+            }],
+            7,
+        )
+        .unwrap();
+    let found: Vec<_> = sessions
+        .find_sessions(b"k", 0, 100)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(found, vec![(s, b"agg".to_vec())]);
+    assert_eq!(sessions.committed_offset(), Some(7));
 }

@@ -4,7 +4,7 @@
 //! into numbered *segments* (key-value stores use segment 0 only; window and
 //! session stores use one segment per time interval) plus [`Meta`], the
 //! changelog offset and the lowest live segment. It changes only through
-//! [`Backend::apply`], which must be atomic and durable.
+//! [`Backend::apply`], which must be atomic, and durable when asked to.
 //!
 //! [`Core`] puts the *open* writes of the current commit interval in front of
 //! a backend, in one sorted map keyed by `segment ++ key` (segment as 8
@@ -68,12 +68,16 @@ pub trait Backend: Send {
     /// The committed metadata.
     fn meta(&self) -> Meta;
 
-    /// Applies `writes` and `meta` atomically and durably; afterwards drops
-    /// every segment below `meta.min_live_segment`.
+    /// Applies `writes` and `meta` atomically; afterwards drops every
+    /// segment below `meta.min_live_segment`. With `durable`, the data is on
+    /// disk when `apply` returns (commits); without, a crash may lose this
+    /// and later applies, but never splits one (restore batches, which are
+    /// simply restored again).
     fn apply(
         &mut self,
         writes: &mut dyn Iterator<Item = Write<'_>>,
         meta: Meta,
+        durable: bool,
     ) -> Result<(), StoreError>;
 
     /// An estimate of the number of committed entries.
@@ -135,6 +139,8 @@ pub(crate) struct Core<B> {
     pub(crate) backend: B,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     min_live_segment: i64,
+    /// Restore batches were applied without flushing since the last commit.
+    unflushed_restore: bool,
 }
 
 impl<B: Backend> Core<B> {
@@ -145,6 +151,7 @@ impl<B: Backend> Core<B> {
             backend,
             overlay: BTreeMap::new(),
             min_live_segment,
+            unflushed_restore: false,
         }
     }
 
@@ -155,6 +162,9 @@ impl<B: Backend> Core<B> {
     pub(crate) fn get(&self, segment: i64, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if segment < self.min_live_segment {
             return Ok(None);
+        }
+        if self.overlay.is_empty() {
+            return self.backend.get(segment, key);
         }
         match self.overlay.get(&overlay_key(segment, key)) {
             Some(v) => Ok(v.clone()),
@@ -237,7 +247,7 @@ impl<B: Backend> Core<B> {
             changelog_offset: changelog_offset.or(committed.changelog_offset),
             min_live_segment: self.min_live_segment,
         };
-        if self.overlay.is_empty() && meta == committed {
+        if self.overlay.is_empty() && meta == committed && !self.unflushed_restore {
             return Ok(());
         }
         let min_live = encode_i64(self.min_live_segment);
@@ -245,8 +255,9 @@ impl<B: Backend> Core<B> {
             .overlay
             .range::<[u8], _>((Bound::Included(&min_live[..]), Bound::Unbounded))
             .map(|(k, v)| (decode_i64(k), &k[8..], v.as_deref()));
-        self.backend.apply(&mut writes, meta)?;
+        self.backend.apply(&mut writes, meta, true)?;
         self.overlay.clear();
+        self.unflushed_restore = false;
         Ok(())
     }
 
@@ -279,7 +290,9 @@ impl<B: Backend> Core<B> {
             changelog_offset: Some(changelog_offset),
             min_live_segment: min_live,
         };
-        self.backend.apply(&mut live, meta)
+        self.backend.apply(&mut live, meta, false)?;
+        self.unflushed_restore = true;
+        Ok(())
     }
 
     /// Number of open writes (puts and deletes) in the overlay.

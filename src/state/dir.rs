@@ -17,6 +17,18 @@
 //!   from opening the directory for tasks found on disk), in case the task
 //!   comes back after a rebalance; then
 //!   [`StateDirectory::clean_unowned`] deletes it.
+//!
+//! ```
+//! use weir::state::{StateConfig, StateDirectory, StoreError};
+//!
+//! let root = tempfile::tempdir().unwrap();
+//! let config = StateConfig { state_dir: root.path().into(), ..StateConfig::default() };
+//! let mut dir = StateDirectory::open(&config, "my-app").unwrap();
+//! let path = dir.store_dir("0_1", "counts").unwrap(); // <state_dir>/my-app/0_1/counts
+//! assert!(path.ends_with("my-app/0_1/counts"));
+//! // A second instance on the same directory is refused.
+//! assert!(matches!(StateDirectory::open(&config, "my-app"), Err(StoreError::Locked { .. })));
+//! ```
 
 use std::collections::HashMap;
 use std::fs::{File, TryLockError};

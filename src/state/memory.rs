@@ -77,6 +77,7 @@ impl Backend for MemoryBackend {
         &mut self,
         writes: &mut dyn Iterator<Item = Write<'_>>,
         meta: Meta,
+        _durable: bool,
     ) -> Result<(), StoreError> {
         for (segment, key, value) in writes {
             let map = self.segments.entry(segment).or_default();

@@ -20,6 +20,20 @@
 //! Ordering: [`WindowStore::fetch_range`] returns one key's windows by start
 //! time; [`WindowStore::fetch_all`] returns entries segment by segment, and
 //! within a segment by key, then start time.
+//!
+//! ```
+//! use weir::state::{InMemoryWindowStore, StateStore, WindowStore};
+//!
+//! // Keep windows for 10 s, in segments of 5 s.
+//! let mut store = InMemoryWindowStore::new("clicks", 10_000, 5_000).unwrap();
+//! store.put(b"user", 0, Some(b"3")).unwrap();
+//! store.put(b"user", 1_000, Some(b"5")).unwrap();
+//! store.commit(Some(1)).unwrap();
+//! let windows: Vec<_> = store.fetch_range(b"user", 0, 1_000).unwrap().map(Result::unwrap).collect();
+//! assert_eq!(windows.len(), 2);
+//! store.expire(20_000).unwrap(); // all windows started before 10 000: dropped
+//! assert_eq!(store.fetch(b"user", 0).unwrap(), None);
+//! ```
 
 use std::ops::Bound;
 use std::path::Path;
