@@ -235,3 +235,34 @@ fn forward_to_a_named_child() {
     assert_eq!(driver.all_raw("even").len(), 2);
     assert_eq!(driver.all_raw("odd").len(), 3);
 }
+
+#[test]
+fn forwarding_from_init_is_refused() {
+    struct Eager;
+    impl Processor<String, i64, String, i64> for Eager {
+        fn init(&mut self, ctx: &ProcessorContext<'_, String, i64>) -> Result<(), ProcessorError> {
+            ctx.forward(Record::new(s("too-early"), 0, 0))
+        }
+        fn process(
+            &mut self,
+            _: &ProcessorContext<'_, String, i64>,
+            _: Record<String, i64>,
+        ) -> Result<(), ProcessorError> {
+            Ok(())
+        }
+    }
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, i64>("n", Consumed::new())
+        .named("eager")
+        .process::<String, i64, _>(|| Eager, &[])
+        .to("out", Produced::new());
+    let err =
+        TopologyTestDriver::new(builder.build().unwrap(), DriverConfig::new("e")).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("initializing processor 'eager' failed"),
+        "{msg}"
+    );
+    assert!(msg.contains("forwarded a record from init()"), "{msg}");
+}

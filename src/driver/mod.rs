@@ -505,3 +505,13 @@ fn typed<'t, K: 'static, V: 'static>(
         })
     })
 }
+
+impl std::fmt::Debug for TopologyTestDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopologyTestDriver")
+            .field("tasks", &self.tasks)
+            .field("wall_clock_ms", &self.wall_clock_ms)
+            .field("written_topics", &self.written_topics())
+            .finish()
+    }
+}

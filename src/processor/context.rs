@@ -49,6 +49,9 @@ pub(crate) struct Frame<'a> {
     pub(crate) next_schedule_id: &'a Cell<u64>,
     /// The innermost node whose processing failed, for error reports.
     pub(crate) failed_node: Cell<Option<usize>>,
+    /// Set while processors run `init`: forwarding is refused then, because
+    /// downstream processors may not be initialized yet.
+    pub(crate) initializing: bool,
 }
 
 impl<'a> Frame<'a> {
@@ -58,6 +61,9 @@ impl<'a> Frame<'a> {
         node: usize,
         input: &mut dyn Any,
     ) -> Result<(), ProcessorError> {
+        if self.initializing {
+            return Err(ProcessorError::ForwardDuringInit);
+        }
         let slot = &self.nodes[node];
         let mut runtime = slot
             .runtime

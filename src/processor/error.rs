@@ -97,6 +97,12 @@ pub enum ProcessorError {
         /// The expected record type.
         expected: &'static str,
     },
+    /// A processor forwarded from `init`, before the processors downstream
+    /// were initialized.
+    #[error(
+        "a processor forwarded a record from init(); forward from process() or a punctuator instead"
+    )]
+    ForwardDuringInit,
     /// The collector refused a record.
     #[error(transparent)]
     Collector(#[from] CollectorError),

@@ -94,6 +94,7 @@ fn frame<'a>(
         schedule_ops: RefCell::new(Vec::new()),
         next_schedule_id,
         failed_node: Cell::new(None),
+        initializing: false,
     }
 }
 
@@ -245,7 +246,7 @@ impl TaskInstance {
         self.wall_clock_ms = wall_clock_ms;
         let mut ops = Vec::new();
         for node in 0..self.nodes.len() {
-            let f = frame(
+            let mut f = frame(
                 self.id,
                 &self.nodes,
                 &self.stores,
@@ -256,6 +257,7 @@ impl TaskInstance {
                 self.stream_time,
                 wall_clock_ms,
             );
+            f.initializing = true;
             let result = self.nodes[node].runtime.borrow_mut().init(&f, node);
             ops.extend(f.schedule_ops.take());
             if let Err(source) = result {
