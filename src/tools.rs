@@ -73,7 +73,7 @@ pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Resul
 pub fn generate(
     bootstrap: &str,
     topic: &str,
-    sample: fn(u64) -> (Option<Vec<u8>>, Vec<u8>),
+    sample: crate::topologies::SampleFn,
     start: u64,
     count: u64,
     rate: u64,

@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 use common::weir_app::WeirApp;
 use weir::topologies::word_count;
 
+/// These tests start several `weir` processes each; on a small CI machine
+/// they run one at a time so their timings stay meaningful.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The true counts of the first `n` sample sentences, computed without Weir.
 fn true_counts(n: u64) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
@@ -83,11 +91,12 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new(name: &str) -> Fixture {
+    fn new(name: &str) -> Fixture {
         let app_id = common::unique_topic(name);
         let input = format!("{app_id}-lines");
         let output = format!("{app_id}-counts-out");
-        common::create_topics(&[(&input, 4), (&output, 4)]).await;
+        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        rt.block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
         Fixture {
             app_id,
             input,
@@ -138,9 +147,10 @@ fn print_restores(label: &str, app: &WeirApp) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn three_instances_count_exactly_once() {
-    let f = Fixture::new("wc-eos3").await;
+#[test]
+fn three_instances_count_exactly_once() {
+    let _serial = serial();
+    let f = Fixture::new("wc-eos3");
     let n = 100_000;
     f.produce(0, n);
     let mut a = f.start(0, "exactly_once_v2");
@@ -148,26 +158,14 @@ async fn three_instances_count_exactly_once() {
     let mut c = f.start(2, "exactly_once_v2");
     let truth = true_counts(n);
     let started = Instant::now();
-    let out = f.output.clone();
-    let counts = tokio::task::spawn_blocking({
-        let truth = truth.clone();
-        move || {
-            let mut apps = [&mut a, &mut b, &mut c];
-            let counts =
-                wait_for_output(&out, Duration::from_secs(300), &mut apps, |c| *c == truth);
-            for app in apps.iter_mut() {
-                assert_eq!(
-                    app.stop(),
-                    Some(0),
-                    "graceful stop exits 0; log:\n{}",
-                    tail(&app.log_text())
-                );
-            }
-            counts
-        }
-    })
-    .await
-    .unwrap();
+    let mut apps = [&mut a, &mut b, &mut c];
+    let counts = wait_for_output(&f.output, Duration::from_secs(300), &mut apps, |c| {
+        *c == truth
+    });
+    for app in apps.iter_mut() {
+        let log = tail(&app.log_text());
+        assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
+    }
     println!(
         "3 instances, exactly_once_v2: {n} sentences counted exactly in {:?}",
         started.elapsed()
@@ -175,9 +173,10 @@ async fn three_instances_count_exactly_once() {
     assert_eq!(counts, truth);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn scale_out_and_in_keeps_counts_exact() {
-    let f = Arc::new(Fixture::new("wc-elastic").await);
+#[test]
+fn scale_out_and_in_keeps_counts_exact() {
+    let _serial = serial();
+    let f = Arc::new(Fixture::new("wc-elastic"));
     let n = 60_000u64;
     let mut first = f.start(0, "exactly_once_v2");
     // Input flows for about 20 s while instances come and go.
@@ -208,20 +207,14 @@ async fn scale_out_and_in_keeps_counts_exact() {
     );
     producing.join().unwrap();
     let truth = true_counts(n);
-    let out = f.output.clone();
-    let counts = tokio::task::spawn_blocking(move || {
-        let counts = wait_for_output(
-            &out,
-            Duration::from_secs(300),
-            &mut [&mut first, &mut third],
-            |c| *c == truth,
-        );
-        assert_eq!(first.stop(), Some(0));
-        assert_eq!(third.stop(), Some(0));
-        counts
-    })
-    .await
-    .unwrap();
+    let counts = wait_for_output(
+        &f.output,
+        Duration::from_secs(300),
+        &mut [&mut first, &mut third],
+        |c| *c == truth,
+    );
+    assert_eq!(first.stop(), Some(0));
+    assert_eq!(third.stop(), Some(0));
     watching.store(false, Ordering::SeqCst);
     let gaps = watcher.join().unwrap();
     for (at, gap) in &gaps {
@@ -304,17 +297,12 @@ fn crash_run(f: &Fixture, guarantee: &str, n: u64) -> (BTreeMap<String, i64>, Ve
     (counts, restores)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn five_sigkills_keep_counts_exact_under_exactly_once() {
-    let f = Fixture::new("wc-crash-eos").await;
+#[test]
+fn five_sigkills_keep_counts_exact_under_exactly_once() {
+    let _serial = serial();
+    let f = Fixture::new("wc-crash-eos");
     let n = 60_000;
-    let (counts, restores) = tokio::task::spawn_blocking(move || {
-        let r = crash_run(&f, "exactly_once_v2", n);
-        drop(f);
-        r
-    })
-    .await
-    .unwrap();
+    let (counts, restores) = crash_run(&f, "exactly_once_v2", n);
     assert_eq!(counts, true_counts(n), "exactly-once survives 5 SIGKILLs");
     assert!(
         !restores.is_empty(),
@@ -322,13 +310,12 @@ async fn five_sigkills_keep_counts_exact_under_exactly_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn five_sigkills_never_lose_counts_under_at_least_once() {
-    let f = Fixture::new("wc-crash-alos").await;
+#[test]
+fn five_sigkills_never_lose_counts_under_at_least_once() {
+    let _serial = serial();
+    let f = Fixture::new("wc-crash-alos");
     let n = 60_000;
-    let (counts, _) = tokio::task::spawn_blocking(move || crash_run(&f, "at_least_once", n))
-        .await
-        .unwrap();
+    let (counts, _) = crash_run(&f, "at_least_once", n);
     let truth = true_counts(n);
     let over: i64 = truth.iter().map(|(w, t)| counts[w] - t).sum();
     let total: i64 = truth.values().sum();

@@ -25,9 +25,12 @@ pub struct ShippedTopology {
     pub output_params: &'static [&'static str],
     /// Builds the topology with checked parameters.
     pub build: fn(&Params) -> Result<Topology, TopologyError>,
-    /// Makes sample input record `i` as (key, value) bytes.
-    pub sample: fn(u64) -> (Option<Vec<u8>>, Vec<u8>),
+    /// Makes sample input record `i`.
+    pub sample: SampleFn,
 }
+
+/// Makes sample input record `i` as (key, value) bytes; a `None` key is a null key.
+pub type SampleFn = fn(u64) -> (Option<Vec<u8>>, Vec<u8>);
 
 /// A parameter of a shipped topology.
 #[derive(Clone, Copy, Debug)]

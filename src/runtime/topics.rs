@@ -165,7 +165,9 @@ pub(crate) async fn create_internal_topics(
     layout: &TopicLayout,
     existing: &HashMap<String, i32>,
 ) -> Result<(), StreamsError> {
-    let mut wanted: Vec<(String, i32, Vec<(&str, &str)>)> = Vec::new();
+    // (topic, partitions, topic configs)
+    type Wanted = (String, i32, Vec<(&'static str, &'static str)>);
+    let mut wanted: Vec<Wanted> = Vec::new();
     for topic in &layout.repartition_topics {
         wanted.push((
             topic.clone(),
