@@ -205,10 +205,8 @@ fn poison_record_goes_to_the_dead_letter_topic_and_processing_goes_on() {
 #[test]
 fn poison_record_under_log_and_fail_stops_with_its_coordinates() {
     let (mut app, _output, _dlq, _dir) = poison_run("log_and_fail");
-    assert!(
-        wait_until(Duration::from_secs(60), || !app.is_running()),
-        "the application stops"
-    );
+    let stopped = wait_until(Duration::from_secs(60), || !app.is_running());
+    assert!(stopped, "the application stops; log:\n{}", app.log_text());
     let log = app.log_text();
     assert!(
         log.contains("could not deserialize the value of the record at"),

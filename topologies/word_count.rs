@@ -1,6 +1,6 @@
 //! `word-count`: counts words in lines of text.
 //!
-//! * reads `text-lines` (key ignored, value: a UTF-8 line);
+//! * reads `text-lines` (key: any bytes or null, ignored; value: a UTF-8 line);
 //! * splits lines into lower-case words, re-keys by word (through the
 //!   repartition topic `<application_id>-counts-repartition`) and counts them
 //!   in the key-value store `counts` (changelog
@@ -50,7 +50,7 @@ pub const WORD_COUNT: ShippedTopology = ShippedTopology {
 pub fn build(params: &Params) -> Result<Topology, TopologyError> {
     let builder = StreamsBuilder::new();
     builder
-        .stream::<(), String>(params.get("input_topic"), Consumed::new())
+        .stream::<Option<Vec<u8>>, String>(params.get("input_topic"), Consumed::new())
         .flat_map_values(|line: String| {
             line.split_whitespace()
                 .map(str::to_lowercase)

@@ -73,6 +73,14 @@ impl ProducerContext for ProducerEventsContext {
                 *entry = (*entry).max(message.offset());
             }
             Ok(_) => {}
+            Err((
+                KafkaError::MessageProduction(
+                    RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,
+                ),
+                _,
+            )) => {
+                // Purged on purpose by an abort: not a delivery failure.
+            }
             Err((error, message)) => {
                 tracing::error!(topic = message.topic(), %error, "record delivery failed");
                 let mut slot = self.events.error.lock().expect("producer events lock");

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers as _};
-use rdkafka::producer::Producer;
+use rdkafka::producer::{Producer, PurgeConfig};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use super::collector::{KafkaCollector, ProducerEvents, ThreadProducer};
@@ -196,7 +196,14 @@ impl Core {
 
     /// Aborts the open transaction and drops every task's uncommitted state.
     fn abort(&mut self) {
+        tracing::debug!(thread = self.thread, txn_open = self.txn_open, "aborting");
         if self.txn_open {
+            // librdkafka waits for the delivery reports of purged records
+            // before it aborts, and a BaseProducer only delivers them while
+            // polled: purge, serve them, then abort.
+            self.producer
+                .purge(PurgeConfig::default().queue().inflight());
+            let _ = self.producer.flush(Duration::from_secs(5));
             if let Err(e) = self.producer.abort_transaction(TXN_TIMEOUT) {
                 tracing::warn!(error = %e, "aborting the transaction failed");
             }
@@ -458,6 +465,11 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     let result = main_loop(&env, &core, &consumer);
 
     // Shut down: commit what was processed, close the tasks, leave the group.
+    tracing::debug!(
+        thread = index,
+        ok = result.is_ok(),
+        "stream thread stopping"
+    );
     let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(c) = guard.as_mut() {
         if result.is_ok() {
@@ -472,8 +484,10 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         c.assignment.clear();
     }
     drop(guard);
+    tracing::debug!(thread = index, "tasks closed; leaving the group");
     consumer.unsubscribe();
     drop(consumer);
+    tracing::debug!(thread = index, "left the group");
     result
 }
 

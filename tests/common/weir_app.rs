@@ -39,6 +39,7 @@ impl WeirApp {
             std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .env_remove("WEIR_BOOTSTRAP_SERVERS")
+        .env_remove("WEIR_TEST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log_file));
