@@ -33,25 +33,43 @@ async fn missing_source_topic_is_named() {
     let missing = common::unique_topic("no-such-topic");
     let mut app = KafkaStreams::new(
         passthrough(&[&missing], "out"),
-        config(&common::unique_topic("missing"), &common::bootstrap(), dir.path()),
+        config(
+            &common::unique_topic("missing"),
+            &common::bootstrap(),
+            dir.path(),
+        ),
     )
     .unwrap();
-    let err = tokio::task::spawn_blocking(move || app.start().unwrap_err()).await.unwrap();
-    assert!(matches!(&err, StreamsError::MissingSourceTopic { topic } if *topic == missing), "{err}");
+    let err = tokio::task::spawn_blocking(move || app.start().unwrap_err())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&err, StreamsError::MissingSourceTopic { topic } if *topic == missing),
+        "{err}"
+    );
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn co_partitioned_sources_must_have_equal_partition_counts() {
-    let (a, b) = (common::unique_topic("copart-a"), common::unique_topic("copart-b"));
+    let (a, b) = (
+        common::unique_topic("copart-a"),
+        common::unique_topic("copart-b"),
+    );
     common::create_topics(&[(&a, 2), (&b, 4)]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut app = KafkaStreams::new(
         passthrough(&[&a, &b], "out"),
-        config(&common::unique_topic("mismatch"), &common::bootstrap(), dir.path()),
+        config(
+            &common::unique_topic("mismatch"),
+            &common::bootstrap(),
+            dir.path(),
+        ),
     )
     .unwrap();
-    let err = tokio::task::spawn_blocking(move || app.start().unwrap_err()).await.unwrap();
+    let err = tokio::task::spawn_blocking(move || app.start().unwrap_err())
+        .await
+        .unwrap();
     match &err {
         StreamsError::NotCopartitioned { topics, counts } => {
             assert_eq!(topics.len(), 2);
@@ -69,13 +87,22 @@ async fn co_partitioned_sources_must_have_equal_partition_counts() {
 fn unreachable_broker_fails_start_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     // Nothing listens on port 1 of loopback.
-    let mut app =
-        KafkaStreams::new(passthrough(&["in"], "out"), config("unreachable", "127.0.0.1:1", dir.path())).unwrap();
+    let mut app = KafkaStreams::new(
+        passthrough(&["in"], "out"),
+        config("unreachable", "127.0.0.1:1", dir.path()),
+    )
+    .unwrap();
     let started = Instant::now();
     let err = app.start().unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(30), "fails within the metadata timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "fails within the metadata timeout"
+    );
     assert!(matches!(err, StreamsError::Kafka { .. }), "{err}");
-    assert!(err.to_string().contains("is the broker reachable?"), "{err}");
+    assert!(
+        err.to_string().contains("is the broker reachable?"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -96,7 +123,11 @@ fn poison_run(handler: &str) -> (WeirApp, String, String, tempfile::TempDir) {
     let output = format!("{app_id}-out");
     let dlq = format!("{app_id}-dlq");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(common::create_topics(&[(&input, 2), (&output, 2), (&dlq, 1)]));
+    rt.block_on(common::create_topics(&[
+        (&input, 2),
+        (&output, 2),
+        (&dlq, 1),
+    ]));
     let mut records: Vec<(Option<Vec<u8>>, Vec<u8>)> = Vec::new();
     for i in 0..50 {
         records.push((Some(format!("k{i}").into_bytes()), b"alpha beta".to_vec()));
@@ -111,7 +142,12 @@ fn poison_run(handler: &str) -> (WeirApp, String, String, tempfile::TempDir) {
         format!("topology.output_topic={output}"),
         format!("deserialization_handler={}", handler.replace("DLQ", &dlq)),
     ];
-    let app = WeirApp::start("word-count", &dir.path().join("state"), &dir.path().join("log"), &settings);
+    let app = WeirApp::start(
+        "word-count",
+        &dir.path().join("state"),
+        &dir.path().join("log"),
+        &settings,
+    );
     (app, output, dlq, dir)
 }
 
@@ -132,16 +168,36 @@ fn poison_record_goes_to_the_dead_letter_topic_and_processing_goes_on() {
     let counted = wait_until(Duration::from_secs(120), || {
         let table = weir::tools::latest_per_key(&common::bootstrap(), &output).unwrap();
         table.get(b"alpha".as_slice()).and_then(|v| v.clone()) == Some(50i64.to_be_bytes().to_vec())
-            && table.get(b"beta".as_slice()).and_then(|v| v.clone()) == Some(50i64.to_be_bytes().to_vec())
+            && table.get(b"beta".as_slice()).and_then(|v| v.clone())
+                == Some(50i64.to_be_bytes().to_vec())
     });
-    assert!(counted, "the 50 good lines are counted; log:\n{}", app.log_text());
+    assert!(
+        counted,
+        "the 50 good lines are counted; log:\n{}",
+        app.log_text()
+    );
     let dead = common::read_to_end(&dlq);
     assert_eq!(dead.len(), 1, "exactly the poison record is dead-lettered");
-    assert_eq!(dead[0].value.as_deref(), Some([0xff, 0xfe, 0x00].as_slice()), "original bytes kept");
+    assert_eq!(
+        dead[0].value.as_deref(),
+        Some([0xff, 0xfe, 0x00].as_slice()),
+        "original bytes kept"
+    );
     let input = output.replace("-out", "-lines");
-    assert_eq!(dead[0].header(weir::handler::HEADER_TOPIC).as_deref(), Some(input.as_str()));
-    assert!(dead[0].header(weir::handler::HEADER_OFFSET).is_some(), "offset header");
-    assert!(dead[0].header(weir::handler::HEADER_MESSAGE).is_some_and(|m| !m.is_empty()), "reason header");
+    assert_eq!(
+        dead[0].header(weir::handler::HEADER_TOPIC).as_deref(),
+        Some(input.as_str())
+    );
+    assert!(
+        dead[0].header(weir::handler::HEADER_OFFSET).is_some(),
+        "offset header"
+    );
+    assert!(
+        dead[0]
+            .header(weir::handler::HEADER_MESSAGE)
+            .is_some_and(|m| !m.is_empty()),
+        "reason header"
+    );
     assert!(app.is_running(), "the application keeps running");
     assert_eq!(app.stop(), Some(0));
 }
@@ -149,8 +205,17 @@ fn poison_record_goes_to_the_dead_letter_topic_and_processing_goes_on() {
 #[test]
 fn poison_record_under_log_and_fail_stops_with_its_coordinates() {
     let (mut app, _output, _dlq, _dir) = poison_run("log_and_fail");
-    assert!(wait_until(Duration::from_secs(60), || !app.is_running()), "the application stops");
+    assert!(
+        wait_until(Duration::from_secs(60), || !app.is_running()),
+        "the application stops"
+    );
     let log = app.log_text();
-    assert!(log.contains("could not deserialize the value of the record at"), "{log}");
-    assert!(log.contains("-lines/"), "the error names topic/partition@offset: {log}");
+    assert!(
+        log.contains("could not deserialize the value of the record at"),
+        "{log}"
+    );
+    assert!(
+        log.contains("-lines/"),
+        "the error names topic/partition@offset: {log}"
+    );
 }

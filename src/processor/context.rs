@@ -49,6 +49,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) next_schedule_id: &'a Cell<u64>,
     /// The innermost node whose processing failed, for error reports.
     pub(crate) failed_node: Cell<Option<usize>>,
+    /// Late records dropped during this call (added to the task's metrics).
+    pub(crate) late_records: Cell<u64>,
 }
 
 impl<'a> Frame<'a> {

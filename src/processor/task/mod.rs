@@ -31,7 +31,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::handler::{self, ErrorHandling};
-use crate::state::{KeyValueStore, StoreError};
+use crate::state::{KeyValueStore, SessionStore, StoreError, WindowStore};
 use crate::topology::{NodeBuildContext, Topology};
 
 use super::StoreProvider;
@@ -41,7 +41,7 @@ use super::error::TaskError;
 use super::node::{ErasedNode, SourceError};
 use super::punctuation::{PunctuationType, Schedule};
 use super::record::RecordMetadata;
-use super::store::{StoreCell, StoreSerdes, StoreSlot, StoreSpec};
+use super::store::{AnyStore, StoreCell, StoreSerdes, StoreSlot, StoreSpec};
 
 mod types;
 
@@ -94,6 +94,7 @@ fn frame<'a>(
         schedule_ops: RefCell::new(Vec::new()),
         next_schedule_id,
         failed_node: Cell::new(None),
+        late_records: Cell::new(0),
     }
 }
 
@@ -125,8 +126,7 @@ impl TaskInstance {
                 kind: def.kind,
                 changelog_topic: changelog_topic.as_deref(),
             };
-            let backend = stores
-                .key_value_store(id, &spec)
+            let backend = AnyStore::open(stores, id, &spec)
                 .map_err(|source| TaskError::Store { task: id, source })?;
             store_slots.push(StoreSlot {
                 name: def.name.clone(),
@@ -224,14 +224,12 @@ impl TaskInstance {
             source: StoreError::UnknownStore(store.to_owned()),
         })?;
         let mut cell = slot.inner.borrow_mut();
-        let result = match value {
-            Some(v) => cell.store.put(key, v),
-            None => cell.store.delete(key).map(|_| ()),
-        };
-        result.map_err(|source| TaskError::Store {
-            task: self.id,
-            source,
-        })
+        cell.store
+            .restore(key, value)
+            .map_err(|source| TaskError::Store {
+                task: self.id,
+                source,
+            })
     }
 
     /// Initializes the processors (they may schedule punctuators and write
@@ -286,7 +284,7 @@ impl TaskInstance {
                 sources: self.sources.iter().map(|(t, _)| t.clone()).collect(),
             });
         };
-        let (result, failed_node, ops, stream_time) = {
+        let (result, failed_node, ops, stream_time, late) = {
             let f = frame(
                 self.id,
                 &self.nodes,
@@ -312,9 +310,11 @@ impl TaskInstance {
                 f.failed_node.get(),
                 f.schedule_ops.take(),
                 f.stream_time.get(),
+                f.late_records.get(),
             )
         };
         self.stream_time = stream_time;
+        self.metrics.late_dropped += late;
         self.apply_schedule_ops(ops);
         match result {
             Ok(()) => self.metrics.processed += 1,
@@ -459,6 +459,7 @@ impl TaskInstance {
             );
             let result = (schedule.callback)(&f, schedule.node, now_ms);
             ops.extend(f.schedule_ops.take());
+            self.metrics.late_dropped += f.late_records.get();
             fired += 1;
             if let Err(source) = result {
                 let error = TaskError::Punctuation {
@@ -504,6 +505,7 @@ impl TaskInstance {
             slot.inner
                 .borrow_mut()
                 .store
+                .state_mut()
                 .commit(offset)
                 .map_err(|source| TaskError::Store {
                     task: self.id,
@@ -516,7 +518,7 @@ impl TaskInstance {
     /// Discards every store's writes since the last commit (the transaction aborted).
     pub fn abort(&mut self) {
         for slot in &self.stores {
-            slot.inner.borrow_mut().store.abort();
+            slot.inner.borrow_mut().store.state_mut().abort();
         }
     }
 
@@ -535,6 +537,7 @@ impl TaskInstance {
             slot.inner
                 .borrow_mut()
                 .store
+                .state_mut()
                 .close()
                 .map_err(|source| TaskError::Store {
                     task: self.id,
@@ -548,8 +551,8 @@ impl TaskInstance {
         self.stores.iter().find(|s| s.name == name)
     }
 
-    /// Runs `read` on the byte-level store `name` (for interactive queries and
-    /// tests); `None` if this task has no such store.
+    /// Runs `read` on the byte-level key-value store `name` (for interactive
+    /// queries and tests); `None` if this task has no key-value store `name`.
     pub fn read_store<R>(
         &self,
         name: &str,
@@ -557,7 +560,48 @@ impl TaskInstance {
     ) -> Option<R> {
         let slot = self.store_slot(name)?;
         let cell = slot.inner.borrow();
-        Some(read(cell.store.as_ref()))
+        match &cell.store {
+            AnyStore::KeyValue(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// Runs `read` on the byte-level window store `name`; `None` if this task
+    /// has no window store `name`.
+    pub fn read_window_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn WindowStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        match &cell.store {
+            AnyStore::Window(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// Runs `read` on the byte-level session store `name`; `None` if this
+    /// task has no session store `name`.
+    pub fn read_session_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn SessionStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        match &cell.store {
+            AnyStore::Session(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// The changelog offset store `name` committed last (of any kind);
+    /// `None` if there is no such store or it never committed one.
+    pub fn store_committed_offset(&self, name: &str) -> Option<i64> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        cell.store.state().committed_offset()
     }
 
     pub(crate) fn store_serdes(&self, name: &str) -> Option<&StoreSerdes> {
