@@ -36,6 +36,7 @@ pub mod punctuation;
 mod record;
 mod store;
 pub mod task;
+mod windowed;
 
 pub use collector::{CollectorError, OutputKind, OutputRecord, RecordCollector};
 pub use context::ProcessorContext;
@@ -44,7 +45,9 @@ pub use punctuation::{PunctuationType, ScheduleId};
 pub use record::{Change, Header, Headers, Record, RecordMetadata};
 pub use store::{KeyValueStoreHandle, StoreKind, StoreProvider, StoreSpec};
 pub use task::{InputRecord, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState};
+pub use windowed::{SessionStoreHandle, WindowStoreHandle};
 
+pub(crate) use node::ProcessorNode;
 pub(crate) use store::StoreSerdes;
 
 /// A node of the processor graph (Kafka Streams' `Processor<KIn, VIn, KOut, VOut>`).

@@ -55,6 +55,7 @@ mod kstream;
 mod ktable;
 mod options;
 mod split;
+mod windowed;
 
 pub use builder::StreamsBuilder;
 pub use describe::{
@@ -65,6 +66,7 @@ pub use kstream::KStream;
 pub use ktable::KTable;
 pub use options::{Consumed, Grouped, Materialized, Produced, Repartitioned};
 pub use split::BranchedKStream;
+pub use windowed::{SessionWindowedKStream, TimeWindowedKStream};
 
 use std::sync::Arc;
 
@@ -106,6 +108,15 @@ pub enum TopologyError {
         what: &'static str,
         /// The Rust type.
         type_name: &'static str,
+    },
+    /// A windowed aggregation was configured inconsistently.
+    #[error("windowed aggregation '{store}': {source}")]
+    Window {
+        /// The aggregation's store.
+        store: String,
+        /// What is wrong.
+        #[source]
+        source: crate::windows::WindowError,
     },
     /// Two processors or two stores have the same name.
     #[error(
