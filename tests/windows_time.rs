@@ -147,7 +147,9 @@ fn reduce_and_aggregate_over_tumbling_windows() {
     let mut driver =
         TopologyTestDriver::new(builder.build().unwrap(), DriverConfig::new("app")).unwrap();
     for (v, ts) in [("x", 1), ("yy", 2), ("zzz", 11)] {
-        driver.pipe(&input(), "k".to_string(), v.to_string(), ts).unwrap();
+        driver
+            .pipe(&input(), "k".to_string(), v.to_string(), ts)
+            .unwrap();
     }
     let joined = TestOutputTopic::new(
         "joined",
@@ -217,11 +219,17 @@ fn retention_shorter_than_size_plus_grace_is_rejected() {
 fn invalid_window_definitions_are_rejected() {
     assert!(matches!(
         TimeWindows::of_size_with_grace(ms(0), ms(0)),
-        Err(WindowError::InvalidDuration { what: "window size", .. })
+        Err(WindowError::InvalidDuration {
+            what: "window size",
+            ..
+        })
     ));
     let tumbling = TimeWindows::of_size_with_grace(ms(10), ms(0)).unwrap();
     assert!(matches!(
         tumbling.advance_by(ms(11)),
-        Err(WindowError::InvalidDuration { what: "advance", .. })
+        Err(WindowError::InvalidDuration {
+            what: "advance",
+            ..
+        })
     ));
 }

@@ -352,7 +352,11 @@ impl TopologyTestDriver {
                 .collect();
             for (store, topic) in changelogs {
                 for r in self.all_raw(&topic) {
-                    task.restore(&store, r.key.as_deref().unwrap_or_default(), r.value.as_deref())?;
+                    task.restore(
+                        &store,
+                        r.key.as_deref().unwrap_or_default(),
+                        r.value.as_deref(),
+                    )?;
                 }
             }
             task.initialize(self.wall_clock_ms, &mut self.topics)?;

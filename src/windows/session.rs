@@ -88,9 +88,12 @@ where
         let spec = &self.spec;
         let (gap, grace) = (self.windows.gap_ms(), self.windows.grace_ms());
         let stream_time = ctx.stream_time();
-        let close_bound = stream_time.saturating_sub(gap).saturating_sub(grace);
         let store = ctx.session_store::<K, A>(&spec.store)?;
         let triggers = spec.trigger(ctx)?;
+        let close_bound = spec.close_bound(
+            &triggers,
+            stream_time.saturating_sub(gap).saturating_sub(grace),
+        )?;
         let ts = r.timestamp;
 
         let found = store.find_sessions(&r.key, ts.saturating_sub(gap), ts.saturating_add(gap))?;
@@ -160,8 +163,7 @@ where
             }
         }
         if let Some(t) = &triggers {
-            let closed = trigger::take_closed(t, |end| end < close_bound)?;
-            let ids: Vec<Vec<u8>> = closed.into_iter().map(|(id, _)| id).collect();
+            let ids = trigger::take_closed(t, close_bound, |end| end < close_bound)?;
             forward_ids(spec, ctx, &ids)?;
         }
         store.expire(stream_time)

@@ -67,6 +67,21 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             })
     }
 
+    /// The close bound at stream time: `from_stream_time`, but never below
+    /// the bound of the last emitted final results (see [`trigger`]).
+    pub(crate) fn close_bound(
+        &self,
+        triggers: &Option<TriggerStore<'_>>,
+        from_stream_time: i64,
+    ) -> Result<i64, ProcessorError> {
+        Ok(match triggers {
+            Some(t) => {
+                trigger::closed_bound(t)?.map_or(from_stream_time, |b| b.max(from_stream_time))
+            }
+            None => from_stream_time,
+        })
+    }
+
     pub(crate) fn trigger<'a, KO, VO>(
         &self,
         ctx: &ProcessorContext<'a, KO, VO>,
@@ -204,9 +219,12 @@ where
     fn process(&mut self, ctx: &Out<'_, K, A>, r: Record<K, V>) -> Result<(), ProcessorError> {
         let spec = &self.spec;
         let stream_time = ctx.stream_time();
-        let close_bound = stream_time.saturating_sub(self.windows.grace_ms());
         let store = ctx.window_store::<K, A>(&spec.store)?;
         let triggers = spec.trigger(ctx)?;
+        let close_bound = spec.close_bound(
+            &triggers,
+            stream_time.saturating_sub(self.windows.grace_ms()),
+        )?;
         let key_bytes = match &triggers {
             Some(_) => spec.encode_key(&spec.store, &r.key)?,
             None => Vec::new(),
@@ -244,8 +262,7 @@ where
             spec.drop_late(ctx, &r.key, &r.value)?;
         }
         if let Some(t) = &triggers {
-            let closed = trigger::take_closed(t, |end| end <= close_bound)?;
-            let ids: Vec<Vec<u8>> = closed.into_iter().map(|(id, _)| id).collect();
+            let ids = trigger::take_closed(t, close_bound, |end| end <= close_bound)?;
             forward_ids(spec, self.windows.size_ms(), ctx, &ids)?;
         }
         store.expire(stream_time)

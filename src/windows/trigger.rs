@@ -6,6 +6,12 @@
 //! window or session store. Value: `end_ms` (8 bytes BE) ++ `pending`
 //! (8 bytes BE, updates since the last result).
 //!
+//! One more entry, under the empty key (no window id is empty), holds the
+//! close bound of the last sweep that emitted final results (8 bytes BE).
+//! Processors treat windows at or before it as closed even when the task's
+//! stream time restarted lower (after a restart), so a window whose final
+//! result was emitted never reopens.
+//!
 //! Invariants: an entry exists exactly while its window is open and has
 //! been updated at least once; [`take_closed`] deletes the entries it
 //! returns, in the same transaction as the final results the caller forwards,
@@ -56,25 +62,37 @@ pub(crate) fn remove(store: &TriggerStore<'_>, id: &[u8]) -> Result<(), Processo
     store.delete(&id.to_vec()).map(|_| ())
 }
 
-/// Removes and returns the windows `is_closed(end_ms)` says are closed, by
-/// end time then id.
+/// The close bound of the last sweep that emitted results, if any.
+pub(crate) fn closed_bound(store: &TriggerStore<'_>) -> Result<Option<i64>, ProcessorError> {
+    Ok(store.get(&Vec::new())?.map(|v| decode(&v).0))
+}
+
+/// Removes and returns the windows `is_closed(end_ms)` says are closed at
+/// close bound `bound`, by end time then id; records `bound` when any closed.
 pub(crate) fn take_closed(
     store: &TriggerStore<'_>,
+    bound: i64,
     is_closed: impl Fn(i64) -> bool,
-) -> Result<Vec<(Vec<u8>, i64)>, ProcessorError> {
-    let mut closed: Vec<(Vec<u8>, i64)> = store
+) -> Result<Vec<Vec<u8>>, ProcessorError> {
+    let mut closed: Vec<(i64, Vec<u8>)> = store
         .all()?
         .into_iter()
         .filter_map(|(id, v)| {
             let (end, _) = decode(&v);
-            is_closed(end).then_some((id, end))
+            (!id.is_empty() && is_closed(end)).then_some((end, id))
         })
         .collect();
-    closed.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-    for (id, _) in &closed {
+    if closed.is_empty() {
+        return Ok(Vec::new());
+    }
+    closed.sort();
+    for (_, id) in &closed {
         store.delete(id)?;
     }
-    Ok(closed)
+    if closed_bound(store)?.is_none_or(|b| b < bound) {
+        store.put(&Vec::new(), &encode(bound, 0))?;
+    }
+    Ok(closed.into_iter().map(|(_, id)| id).collect())
 }
 
 /// Returns the windows updated since their last result, by end time then
@@ -85,7 +103,7 @@ pub(crate) fn take_pending(store: &TriggerStore<'_>) -> Result<Vec<Vec<u8>>, Pro
         .into_iter()
         .filter_map(|(id, v)| {
             let (end, n) = decode(&v);
-            (n > 0).then_some((end, id))
+            (!id.is_empty() && n > 0).then_some((end, id))
         })
         .collect();
     pending.sort();
