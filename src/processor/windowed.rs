@@ -151,6 +151,24 @@ impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
         self.0.slot.log(self.0.frame, &changelog_key, v.as_deref())
     }
 
+    /// `key`'s windows starting in `[from_ms, to_ms]`, as `(start, value)`
+    /// by start time.
+    pub fn fetch_range(
+        &self,
+        key: &K,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(i64, V)>, ProcessorError> {
+        let k = self.0.encode_key(key)?;
+        let mut cell = self.0.slot.cell()?;
+        let mut out = Vec::new();
+        for entry in window_store(&mut cell).fetch_range(&k, from_ms, to_ms)? {
+            let (_, start, v) = entry?;
+            out.push((start, self.0.decode_value(&v)?));
+        }
+        Ok(out)
+    }
+
     /// All windows of all keys starting in `[from_ms, to_ms]`, as
     /// `(key, start, value)`, in store order (see [`crate::state::window`]).
     pub fn fetch_all(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(K, i64, V)>, ProcessorError> {

@@ -16,7 +16,7 @@ use crate::processor::node::fn_node;
 use crate::processor::{Change, ProcessorContext, Record, StoreSerdes};
 use crate::serdes::SharedSerde;
 
-use crate::windows::{SessionWindows, TimeWindows};
+use crate::windows::{SessionWindows, SlidingWindows, TimeWindows};
 
 use super::builder::BuilderInner;
 use super::{
@@ -56,6 +56,11 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     /// a windowed aggregation; see [`crate::windows`].
     pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
         TimeWindowedKStream::new(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream by sliding windows; see [`crate::windows`].
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::sliding(self.clone(), windows)
     }
 
     /// Windows the grouped stream into sessions; see [`crate::windows`].

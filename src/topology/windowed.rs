@@ -42,10 +42,13 @@ use std::sync::Arc;
 use crate::processor::node::ErasedNode;
 use crate::processor::{Change, ProcessorNode, StoreKind, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
+use crate::windows::serde::ListSerde;
 use crate::windows::session::SessionWindowAggregate;
+use crate::windows::sliding::SlidingWindowAggregate;
 use crate::windows::time::{LateSink, Spec, TimeWindowAggregate};
 use crate::windows::{
-    self, EmitStrategy, SessionWindows, TimeWindows, WindowError, Windowed, WindowedSerde,
+    self, EmitStrategy, SessionWindows, SlidingWindows, TimeWindows, WindowError, Windowed,
+    WindowedSerde,
 };
 
 use super::{Data, KGroupedStream, KTable, Materialized, TopologyError};
@@ -56,11 +59,18 @@ struct Options {
     late_topic: Option<String>,
 }
 
-/// A grouped stream windowed by [`TimeWindows`] (Kafka Streams' `TimeWindowedKStream`).
+/// A grouped stream windowed by [`TimeWindows`] or [`SlidingWindows`]
+/// (Kafka Streams' `TimeWindowedKStream`).
 pub struct TimeWindowedKStream<K, V> {
     grouped: KGroupedStream<K, V>,
-    windows: TimeWindows,
+    windows: TimeKind,
     options: Options,
+}
+
+#[derive(Clone, Copy)]
+enum TimeKind {
+    Fixed(TimeWindows),
+    Sliding(SlidingWindows),
 }
 
 /// A grouped stream windowed by [`SessionWindows`] (Kafka Streams' `SessionWindowedKStream`).
@@ -75,6 +85,8 @@ struct Kind<K> {
     store_kind: fn(i64, i64) -> StoreKind,
     needed_ms: i64,
     key_serde: Box<dyn FnOnce(SharedSerde<K>) -> SharedSerde<Windowed<K>>>,
+    /// Retention of a record buffer (sliding windows only).
+    buffer_retention_ms: Option<i64>,
 }
 
 fn build<K: Data, V: Data, A: Data>(
@@ -133,6 +145,21 @@ fn build<K: Data, V: Data, A: Data>(
         );
         (name, index)
     });
+    let buffer_store = kind.buffer_retention_ms.map(|retention_ms| {
+        let buffer_name = format!("{store_name}-records");
+        let values = b.serde(grouped.value_serde.clone(), None, &buffer_name, "value");
+        let list: SharedSerde<Vec<V>> = Arc::new(ListSerde(values));
+        let index = b.add_store_of_kind(
+            buffer_name.clone(),
+            StoreKind::Window {
+                retention_ms,
+                segment_interval_ms: windows::segment_interval(retention_ms),
+            },
+            materialized.logging,
+            StoreSerdes::new(key.clone(), list),
+        );
+        (buffer_name, index)
+    });
     let late = options.late_topic.clone().map(|topic| LateSink {
         value_serde: b.serde(grouped.value_serde.clone(), None, &name, "value"),
         key_serde: key.clone(),
@@ -144,10 +171,11 @@ fn build<K: Data, V: Data, A: Data>(
         emit: options.emit,
         key_serde: key.clone(),
         late,
+        buffer_store: buffer_store.as_ref().map(|(n, _)| n.clone()),
     });
     let node = b.add_processor(name, &[parent], move || make(spec.clone()));
     b.connect_store(node, store);
-    if let Some((_, index)) = trigger_store {
+    for (_, index) in trigger_store.into_iter().chain(buffer_store) {
         b.connect_store(node, index);
     }
     drop(b);
@@ -179,6 +207,14 @@ macro_rules! options {
 
 impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     pub(crate) fn new(grouped: KGroupedStream<K, V>, windows: TimeWindows) -> Self {
+        Self::of_kind(grouped, TimeKind::Fixed(windows))
+    }
+
+    pub(crate) fn sliding(grouped: KGroupedStream<K, V>, windows: SlidingWindows) -> Self {
+        Self::of_kind(grouped, TimeKind::Sliding(windows))
+    }
+
+    fn of_kind(grouped: KGroupedStream<K, V>, windows: TimeKind) -> Self {
         TimeWindowedKStream {
             grouped,
             windows,
@@ -227,30 +263,67 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A> {
         let f: windows::time::AggregateFn<K, V, A> = Arc::new(f);
-        let windows = self.windows;
-        let kind = Kind {
-            store_kind: |retention_ms, segment_interval_ms| StoreKind::Window {
-                retention_ms,
-                segment_interval_ms,
-            },
-            needed_ms: windows.size_ms().saturating_add(windows.grace_ms()),
-            key_serde: Box::new(move |inner| {
-                Arc::new(WindowedSerde::time_shared(inner, windows.size_ms()))
-            }),
+        let store_kind = |retention_ms, segment_interval_ms| StoreKind::Window {
+            retention_ms,
+            segment_interval_ms,
         };
-        build(
-            &self.grouped,
-            &self.options,
-            materialized,
-            kind,
-            move |spec| {
-                ProcessorNode::<_, K, V, Windowed<K>, Change<A>>::boxed(TimeWindowAggregate {
-                    windows,
-                    spec,
-                    f: f.clone(),
-                })
-            },
-        )
+        match self.windows {
+            TimeKind::Fixed(windows) => {
+                let kind = Kind {
+                    store_kind,
+                    needed_ms: windows.size_ms().saturating_add(windows.grace_ms()),
+                    key_serde: Box::new(move |inner| {
+                        Arc::new(WindowedSerde::time_shared(inner, windows.size_ms()))
+                    }),
+                    buffer_retention_ms: None,
+                };
+                build(
+                    &self.grouped,
+                    &self.options,
+                    materialized,
+                    kind,
+                    move |spec| {
+                        ProcessorNode::<_, K, V, Windowed<K>, Change<A>>::boxed(
+                            TimeWindowAggregate {
+                                windows,
+                                spec,
+                                f: f.clone(),
+                            },
+                        )
+                    },
+                )
+            }
+            TimeKind::Sliding(windows) => {
+                let (diff, grace) = (windows.time_difference_ms(), windows.grace_ms());
+                let kind = Kind {
+                    store_kind,
+                    needed_ms: diff.saturating_add(grace).saturating_add(1),
+                    key_serde: Box::new(move |inner| {
+                        Arc::new(WindowedSerde::time_shared(inner, diff))
+                    }),
+                    buffer_retention_ms: Some(
+                        diff.saturating_mul(2)
+                            .saturating_add(grace)
+                            .saturating_add(1),
+                    ),
+                };
+                build(
+                    &self.grouped,
+                    &self.options,
+                    materialized,
+                    kind,
+                    move |spec| {
+                        ProcessorNode::<_, K, V, Windowed<K>, Change<A>>::boxed(
+                            SlidingWindowAggregate {
+                                windows,
+                                spec,
+                                f: f.clone(),
+                            },
+                        )
+                    },
+                )
+            }
+        }
     }
 }
 
@@ -329,6 +402,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
             },
             needed_ms: windows.gap_ms().saturating_add(windows.grace_ms()),
             key_serde: Box::new(|inner| Arc::new(WindowedSerde::session_shared(inner))),
+            buffer_retention_ms: None,
         };
         build(
             &self.grouped,

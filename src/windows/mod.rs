@@ -1,7 +1,7 @@
 //! Windows, windowed keys and triggers for windowed aggregations.
 //!
-//! A grouped stream is windowed with [`TimeWindows`] (tumbling or hopping)
-//! or [`SessionWindows`] and then aggregated (see
+//! A grouped stream is windowed with [`TimeWindows`] (tumbling or hopping),
+//! [`SlidingWindows`] or [`SessionWindows`] and then aggregated (see
 //! [`crate::topology::TimeWindowedKStream`] and
 //! [`crate::topology::SessionWindowedKStream`]). The result is a table keyed
 //! by [`Windowed<K>`]: the record key plus its window.
@@ -11,12 +11,14 @@
 //! * Event time comes from the source's timestamp extractor; a task's
 //!   *stream time* is the largest timestamp it has seen.
 //! * A time window `[start, end)` **closes** when stream time reaches
-//!   `end + grace`; a session `[start, end]` closes when stream time reaches
+//!   `end + grace`; a sliding window `[start, end]` when it passes
+//!   `end + grace`; a session `[start, end]` when it passes
 //!   `end + gap + grace` (the last moment a record could still extend it, plus grace).
 //! * A record none of whose windows is open is **late**: it is dropped,
 //!   counted in [`crate::processor::TaskMetrics::late_dropped`], and written
 //!   to the late-records topic when one is configured. (A hopping-window record
-//!   that still has an open window updates those and is not counted.)
+//!   that still has an open window updates those and is not counted; a
+//!   sliding-window record is late when its left window closed.)
 //! * Stores keep windows for `retention` (default and minimum: size + grace;
 //!   for sessions gap + grace after their end) and then expire them.
 //!
@@ -36,8 +38,9 @@
 //! So after a crash, a restart or a rebalance a window's final result is
 //! still emitted exactly once.
 
-mod serde;
+pub(crate) mod serde;
 pub(crate) mod session;
+pub(crate) mod sliding;
 pub(crate) mod time;
 pub(crate) mod trigger;
 
@@ -182,6 +185,49 @@ impl TimeWindows {
                 start_ms: start,
                 end_ms: start + size,
             })
+    }
+}
+
+/// Sliding windows (Kafka Streams' `SlidingWindows`): every window
+/// `[start, start + time_difference]` (both ends inclusive) that begins or
+/// ends at a record, i.e. each record's *left* window `[ts - diff, ts]` and
+/// *right* window `[ts + 1, ts + 1 + diff]` when a record falls into it.
+/// Records within `diff` of each other are aggregated together; each
+/// distinct window is one result.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::windows::SlidingWindows;
+///
+/// let w = SlidingWindows::with_time_difference_and_grace(Duration::from_secs(5), Duration::ZERO).unwrap();
+/// assert_eq!(w.time_difference_ms(), 5_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingWindows {
+    diff_ms: i64,
+    grace_ms: i64,
+}
+
+impl SlidingWindows {
+    /// Windows spanning `time_difference`, with `grace` for out-of-order records.
+    pub fn with_time_difference_and_grace(
+        time_difference: Duration,
+        grace: Duration,
+    ) -> Result<Self, WindowError> {
+        Ok(SlidingWindows {
+            diff_ms: positive("time difference", millis(time_difference))?,
+            grace_ms: millis(grace),
+        })
+    }
+
+    /// The maximum time difference between records of one window (ms).
+    pub fn time_difference_ms(&self) -> i64 {
+        self.diff_ms
+    }
+
+    /// Grace period (ms).
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
     }
 }
 

@@ -106,3 +106,46 @@ impl<K: 'static> Serde<Windowed<K>> for WindowedSerde<K> {
         Ok(Windowed { key, window })
     }
 }
+
+/// Serde of a list of values: each as a 4-byte big-endian length and its
+/// bytes. Used for the record buffer of sliding windows.
+pub(crate) struct ListSerde<V>(pub(crate) SharedSerde<V>);
+
+impl<V: 'static> Serde<Vec<V>> for ListSerde<V> {
+    fn serialize(&self, topic: &str, data: &Vec<V>, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        let mut item = Vec::new();
+        for v in data {
+            item.clear();
+            self.0.serialize(topic, v, &mut item)?;
+            let len = u32::try_from(item.len()).map_err(|_| SerdeError::Length {
+                type_name: "list item",
+                expected: u32::MAX as usize,
+                actual: item.len(),
+            })?;
+            out.extend_from_slice(&len.to_be_bytes());
+            out.extend_from_slice(&item);
+        }
+        Ok(())
+    }
+
+    fn deserialize(&self, topic: &str, mut data: &[u8]) -> Result<Vec<V>, SerdeError> {
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            let truncated = |actual| SerdeError::Length {
+                type_name: "list item",
+                expected: 4,
+                actual,
+            };
+            let len_bytes: [u8; 4] = data
+                .get(..4)
+                .ok_or_else(|| truncated(data.len()))?
+                .try_into()
+                .expect("4 bytes");
+            let len = u32::from_be_bytes(len_bytes) as usize;
+            let item = data.get(4..4 + len).ok_or_else(|| truncated(data.len()))?;
+            out.push(self.0.deserialize(topic, item)?);
+            data = &data[4 + len..];
+        }
+        Ok(out)
+    }
+}

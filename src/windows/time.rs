@@ -35,6 +35,8 @@ pub(crate) struct Spec<K, V> {
     pub(crate) emit: EmitStrategy,
     pub(crate) key_serde: SharedSerde<K>,
     pub(crate) late: Option<LateSink<K, V>>,
+    /// The record buffer of sliding windows.
+    pub(crate) buffer_store: Option<String>,
 }
 
 impl<K: 'static, V: 'static> Spec<K, V> {
@@ -176,7 +178,7 @@ pub(crate) struct TimeWindowAggregate<K, V, A> {
 type Out<'a, K, A> = ProcessorContext<'a, Windowed<K>, Change<A>>;
 
 /// Forwards the current value of each window id (early or final result).
-fn forward_ids<K: Clone + 'static, V: 'static, A: Clone + 'static>(
+pub(crate) fn forward_ids<K: Clone + 'static, V: 'static, A: Clone + 'static>(
     spec: &Spec<K, V>,
     size_ms: i64,
     ctx: &Out<'_, K, A>,
