@@ -31,7 +31,6 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::handler::{self, ErrorHandling};
-use crate::state::{KeyValueStore, SessionStore, StoreError, WindowStore};
 use crate::topology::{NodeBuildContext, Topology};
 
 use super::StoreProvider;
@@ -41,8 +40,9 @@ use super::error::TaskError;
 use super::node::{ErasedNode, SourceError};
 use super::punctuation::{PunctuationType, Schedule};
 use super::record::RecordMetadata;
-use super::store::{AnyStore, StoreCell, StoreSerdes, StoreSlot, StoreSpec};
+use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
+mod stores;
 mod types;
 
 pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
@@ -208,28 +208,6 @@ impl TaskInstance {
                 state: self.state,
             })
         }
-    }
-
-    /// Writes a restored changelog record into store `store` without logging
-    /// it (`value == None` deletes). Only before `initialize`.
-    pub fn restore(
-        &mut self,
-        store: &str,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), TaskError> {
-        self.require(TaskState::Created, "restore")?;
-        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
-            task: self.id,
-            source: StoreError::UnknownStore(store.to_owned()),
-        })?;
-        let mut cell = slot.inner.borrow_mut();
-        cell.store
-            .restore(key, value)
-            .map_err(|source| TaskError::Store {
-                task: self.id,
-                source,
-            })
     }
 
     /// Initializes the processors (they may schedule punctuators and write
@@ -545,67 +523,6 @@ impl TaskInstance {
                 })?;
         }
         Ok(())
-    }
-
-    fn store_slot(&self, name: &str) -> Option<&StoreSlot> {
-        self.stores.iter().find(|s| s.name == name)
-    }
-
-    /// Runs `read` on the byte-level key-value store `name` (for interactive
-    /// queries and tests); `None` if this task has no key-value store `name`.
-    pub fn read_store<R>(
-        &self,
-        name: &str,
-        read: impl FnOnce(&dyn KeyValueStore) -> R,
-    ) -> Option<R> {
-        let slot = self.store_slot(name)?;
-        let cell = slot.inner.borrow();
-        match &cell.store {
-            AnyStore::KeyValue(s) => Some(read(s.as_ref())),
-            _ => None,
-        }
-    }
-
-    /// Runs `read` on the byte-level window store `name`; `None` if this task
-    /// has no window store `name`.
-    pub fn read_window_store<R>(
-        &self,
-        name: &str,
-        read: impl FnOnce(&dyn WindowStore) -> R,
-    ) -> Option<R> {
-        let slot = self.store_slot(name)?;
-        let cell = slot.inner.borrow();
-        match &cell.store {
-            AnyStore::Window(s) => Some(read(s.as_ref())),
-            _ => None,
-        }
-    }
-
-    /// Runs `read` on the byte-level session store `name`; `None` if this
-    /// task has no session store `name`.
-    pub fn read_session_store<R>(
-        &self,
-        name: &str,
-        read: impl FnOnce(&dyn SessionStore) -> R,
-    ) -> Option<R> {
-        let slot = self.store_slot(name)?;
-        let cell = slot.inner.borrow();
-        match &cell.store {
-            AnyStore::Session(s) => Some(read(s.as_ref())),
-            _ => None,
-        }
-    }
-
-    /// The changelog offset store `name` committed last (of any kind);
-    /// `None` if there is no such store or it never committed one.
-    pub fn store_committed_offset(&self, name: &str) -> Option<i64> {
-        let slot = self.store_slot(name)?;
-        let cell = slot.inner.borrow();
-        cell.store.state().committed_offset()
-    }
-
-    pub(crate) fn store_serdes(&self, name: &str) -> Option<&StoreSerdes> {
-        self.store_slot(name).map(|s| &s.serdes)
     }
 }
 
