@@ -1,8 +1,8 @@
 //! The time-window aggregation processor (tumbling and hopping windows), and
 //! what it shares with the session processor: [`Spec`] and late handling.
 //!
-//! Per record: compute its windows, skip the closed ones (`end <= stream time
-//! - grace`), update the open ones in the window store and report per the
+//! Per record: compute its windows, skip the closed ones (`end + grace <=
+//! stream time`), update the open ones in the window store and report per the
 //! trigger; a record with no open window is late. Then, for emit-final and
 //! early strategies, forward the final result of every window that closed
 //! since (see [`super::trigger`]), and expire the store at stream time —
