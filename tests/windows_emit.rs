@@ -149,3 +149,35 @@ fn early_trigger_without_condition_is_rejected() {
     let err = builder.build().unwrap_err();
     assert!(err.to_string().contains("every_updates"), "{err}");
 }
+
+#[test]
+fn trigger_bookkeeping_and_windows_are_logged_with_window_retention() {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>("in", Consumed::new())
+        .group_by_key(Grouped::new())
+        .windowed_by(
+            TimeWindows::of_size_with_grace(Duration::from_millis(10), Duration::from_millis(5))
+                .unwrap(),
+        )
+        .emit(EmitStrategy::OnWindowClose)
+        .count(Materialized::as_("counts").with_retention(Duration::from_millis(100)));
+    let topology = builder.build().unwrap();
+    let mut changelogs = topology.changelog_topics("app");
+    changelogs.sort();
+    assert_eq!(
+        changelogs,
+        vec![
+            ("counts".to_string(), "app-counts-changelog".to_string()),
+            (
+                "counts-trigger".to_string(),
+                "app-counts-trigger-changelog".to_string()
+            ),
+        ]
+    );
+    // Only the window store's changelog gets time-based retention.
+    assert_eq!(
+        topology.changelog_retention_ms("app"),
+        vec![("app-counts-changelog".to_string(), 100)]
+    );
+}

@@ -283,6 +283,22 @@ impl Topology {
             .collect()
     }
 
+    /// `(changelog topic, store retention in ms)` of every logged window or
+    /// session store.
+    pub fn changelog_retention_ms(&self, application_id: &str) -> Vec<(String, i64)> {
+        self.stores
+            .iter()
+            .filter(|s| s.logging)
+            .filter_map(|s| match s.kind {
+                StoreKind::Window { retention_ms, .. }
+                | StoreKind::Session { retention_ms, .. } => {
+                    Some((s.changelog_topic(application_id), retention_ms))
+                }
+                StoreKind::KeyValue => None,
+            })
+            .collect()
+    }
+
     /// The sub-topology that owns store `store`.
     pub fn subtopology_of_store(&self, store: &str) -> Option<u32> {
         let index = self.stores.iter().position(|s| s.name == store)?;
