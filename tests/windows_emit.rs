@@ -175,6 +175,8 @@ fn trigger_bookkeeping_and_windows_are_logged_with_window_retention() {
             ),
         ]
     );
+    let description = topology.describe().to_string();
+    assert!(description.contains("counts-trigger"), "{description}");
     // Only the window store's changelog gets time-based retention.
     assert_eq!(
         topology.changelog_retention_ms("app"),

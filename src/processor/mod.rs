@@ -2,8 +2,9 @@
 //!
 //! * [`Processor`] — the lifecycle trait of one node (`init`, `process`,
 //!   `close`), implemented by user processors and by every DSL operator.
-//! * [`ProcessorContext`] — what a processor may do: `forward`, stores,
-//!   `schedule`, record metadata.
+//! * [`ProcessorContext`] — what a processor may do: `forward`, stores
+//!   ([`KeyValueStoreHandle`], [`WindowStoreHandle`], [`SessionStoreHandle`]),
+//!   `schedule`, record metadata, `record_late`.
 //! * [`TaskInstance`] — one (sub-topology, partition) of a [`crate::topology::Topology`]
 //!   built with a [`StoreProvider`]; the single code path through which the
 //!   runtime and the test driver process records, punctuate and commit.
