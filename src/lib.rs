@@ -22,3 +22,4 @@ pub mod tools;
 #[path = "../topologies/mod.rs"]
 pub mod topologies;
 pub mod topology;
+pub mod windows;

@@ -181,6 +181,8 @@ impl Topics {
 
 /// Runs a topology in memory; see the module docs.
 pub struct TopologyTestDriver {
+    topology: Arc<Topology>,
+    task_config: TaskConfig,
     tasks: Vec<TaskInstance>,
     topics: Topics,
     input_offsets: HashMap<String, i64>,
@@ -190,12 +192,7 @@ pub struct TopologyTestDriver {
 impl TopologyTestDriver {
     /// Builds and initializes the tasks of `topology` with in-memory stores.
     pub fn new(topology: Topology, config: DriverConfig) -> Result<Self, DriverError> {
-        let mut provider =
-            |_task: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
-                Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
-                    spec.name,
-                )))
-            };
+        let mut provider = in_memory_provider;
         Self::with_store_provider(topology, config, &mut provider)
     }
 
@@ -229,6 +226,8 @@ impl TopologyTestDriver {
             tasks.push(task);
         }
         let mut driver = TopologyTestDriver {
+            topology,
+            task_config,
             tasks,
             topics,
             input_offsets: HashMap::new(),
@@ -328,6 +327,43 @@ impl TopologyTestDriver {
         for task in &mut self.tasks {
             task.abort();
         }
+    }
+
+    /// Closes every task and builds it again from scratch, as after a crash
+    /// or a rebalance: fresh in-memory stores restored from their changelog
+    /// topics as the driver recorded them, then `initialize`. Only committed
+    /// state survives (the driver commits after every input), so this shows
+    /// what a task keeps across a restart. Stream time starts again at `-1`
+    /// until the next record.
+    pub fn restart_tasks(&mut self) -> Result<(), DriverError> {
+        let mut provider = in_memory_provider;
+        for index in 0..self.tasks.len() {
+            self.tasks[index].close()?;
+            let id = self.tasks[index].id();
+            let mut task = TaskInstance::new(
+                self.topology.clone(),
+                id,
+                self.task_config.clone(),
+                &mut provider,
+            )?;
+            let changelogs: Vec<(String, String)> = task
+                .changelog_topics()
+                .map(|(s, t)| (s.to_owned(), t.to_owned()))
+                .collect();
+            for (store, topic) in changelogs {
+                for r in self.all_raw(&topic) {
+                    task.restore(
+                        &store,
+                        r.key.as_deref().unwrap_or_default(),
+                        r.value.as_deref(),
+                    )?;
+                }
+            }
+            task.initialize(self.wall_clock_ms, &mut self.topics)?;
+            self.tasks[index] = task;
+        }
+        self.drain_feedback()?;
+        self.commit()
     }
 
     /// Advances the mock wall clock by `by` and fires due wall-clock punctuators.
@@ -459,6 +495,31 @@ impl TopologyTestDriver {
             })
     }
 
+    /// The value of `key`'s window starting at `start_ms` in window store
+    /// `store`; `None` if absent or expired.
+    pub fn window_store_fetch<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+        key: &K,
+        start_ms: i64,
+    ) -> Result<Option<V>, DriverError> {
+        let task = self.task_with_store(store)?;
+        let (ks, vs) = typed::<K, V>(task, store)?;
+        let serde_error = |source| DriverError::Serde {
+            topic: store.to_owned(),
+            source,
+        };
+        let mut buf = Vec::new();
+        ks.serialize(store, key, &mut buf).map_err(serde_error)?;
+        let bytes = task
+            .read_window_store(store, |s| s.fetch(&buf, start_ms))
+            .ok_or_else(|| DriverError::Store(StoreError::UnknownStore(store.to_owned())))??;
+        bytes
+            .map(|b| vs.deserialize(store, &b))
+            .transpose()
+            .map_err(serde_error)
+    }
+
     /// The counters of sub-topology `subtopology`'s task.
     pub fn task_metrics(&self, subtopology: u32) -> Option<TaskMetrics> {
         self.tasks
@@ -480,6 +541,16 @@ impl TopologyTestDriver {
         }
         Ok(())
     }
+}
+
+/// The driver's store provider: in-memory stores of every kind.
+fn in_memory_provider(
+    _task: TaskId,
+    spec: &StoreSpec<'_>,
+) -> Result<Box<dyn KeyValueStore>, StoreError> {
+    Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
+        spec.name,
+    )))
 }
 
 fn typed<'t, K: 'static, V: 'static>(

@@ -28,6 +28,7 @@ use super::punctuation::{PunctuateFn, PunctuationType, Schedule, ScheduleId, Tim
 use super::record::{Record, RecordMetadata};
 use super::store::{KeyValueStoreHandle, StoreSlot};
 use super::task::{NodeSlot, TaskId};
+use super::windowed::{SessionStoreHandle, WindowStoreHandle};
 
 /// Pending changes to the task's schedules made during a call.
 pub(crate) enum ScheduleOp {
@@ -52,6 +53,8 @@ pub(crate) struct Frame<'a> {
     /// Set while processors run `init`: forwarding is refused then, because
     /// downstream processors may not be initialized yet.
     pub(crate) initializing: bool,
+    /// Late records dropped during this call (added to the task's metrics).
+    pub(crate) late_records: Cell<u64>,
 }
 
 impl<'a> Frame<'a> {
@@ -137,20 +140,72 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
         self.frame.wall_clock_ms
     }
 
+    fn store_slot(&self, name: &str) -> Result<&'a StoreSlot, ProcessorError> {
+        let frame = self.frame;
+        Ok(frame.nodes[self.node]
+            .stores
+            .iter()
+            .map(|&i| &frame.stores[i])
+            .find(|s| s.name == name)
+            .ok_or_else(|| crate::state::StoreError::UnknownStore(name.to_owned()))?)
+    }
+
     /// A typed handle to the key-value store `name`, which must be connected
     /// to this processor.
     pub fn key_value_store<K: 'static, V: 'static>(
         &self,
         name: &str,
     ) -> Result<KeyValueStoreHandle<'a, K, V>, ProcessorError> {
-        let frame = self.frame;
-        let slot = frame.nodes[self.node]
-            .stores
-            .iter()
-            .map(|&i| &frame.stores[i])
-            .find(|s| s.name == name)
-            .ok_or_else(|| crate::state::StoreError::UnknownStore(name.to_owned()))?;
-        KeyValueStoreHandle::new(frame, slot)
+        KeyValueStoreHandle::new(self.frame, self.store_slot(name)?)
+    }
+
+    /// A typed handle to the window store `name`, which must be connected
+    /// to this processor.
+    pub fn window_store<K: 'static, V: 'static>(
+        &self,
+        name: &str,
+    ) -> Result<WindowStoreHandle<'a, K, V>, ProcessorError> {
+        WindowStoreHandle::new(self.frame, self.store_slot(name)?)
+    }
+
+    /// A typed handle to the session store `name`, which must be connected
+    /// to this processor.
+    pub fn session_store<K: 'static, V: 'static>(
+        &self,
+        name: &str,
+    ) -> Result<SessionStoreHandle<'a, K, V>, ProcessorError> {
+        SessionStoreHandle::new(self.frame, self.store_slot(name)?)
+    }
+
+    /// Counts one record dropped because it arrived after its window closed
+    /// (it shows in [`super::TaskMetrics::late_dropped`]).
+    pub fn record_late(&self) {
+        self.frame
+            .late_records
+            .set(self.frame.late_records.get() + 1);
+    }
+
+    /// Sends already serialized bytes straight to `topic` (the late-records
+    /// topic of windowed aggregations), outside the processor graph.
+    pub(crate) fn send_raw(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<(), ProcessorError> {
+        self.frame
+            .collector
+            .borrow_mut()
+            .send(super::collector::OutputRecord {
+                topic,
+                partition: None,
+                key,
+                value,
+                timestamp: self.frame.current_timestamp.get(),
+                headers: &super::record::NO_HEADERS,
+                kind: super::collector::OutputKind::Sink,
+            })?;
+        Ok(())
     }
 
     /// Schedules `callback` every `interval` of stream time or wall-clock

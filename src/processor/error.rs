@@ -70,6 +70,19 @@ pub enum ProcessorError {
         /// Value type asked for.
         asked_value: &'static str,
     },
+    /// A store was opened as another kind than it is (for example a window
+    /// store through `key_value_store`).
+    #[error(
+        "store '{store}' is a {actual} store, but was opened as a {asked} store; use the matching ProcessorContext accessor"
+    )]
+    StoreKind {
+        /// The store.
+        store: String,
+        /// Its kind.
+        actual: &'static str,
+        /// The kind asked for.
+        asked: &'static str,
+    },
     /// A store handle was used while another handle of the same store was
     /// in the middle of an operation (re-entrant use).
     #[error(

@@ -2,8 +2,9 @@
 //!
 //! * [`Processor`] — the lifecycle trait of one node (`init`, `process`,
 //!   `close`), implemented by user processors and by every DSL operator.
-//! * [`ProcessorContext`] — what a processor may do: `forward`, stores,
-//!   `schedule`, record metadata.
+//! * [`ProcessorContext`] — what a processor may do: `forward`, stores
+//!   ([`KeyValueStoreHandle`], [`WindowStoreHandle`], [`SessionStoreHandle`]),
+//!   `schedule`, record metadata, `record_late`.
 //! * [`TaskInstance`] — one (sub-topology, partition) of a [`crate::topology::Topology`]
 //!   built with a [`StoreProvider`]; the single code path through which the
 //!   runtime and the test driver process records, punctuate and commit.
@@ -36,6 +37,7 @@ pub mod punctuation;
 mod record;
 mod store;
 pub mod task;
+mod windowed;
 
 pub use collector::{CollectorError, OutputKind, OutputRecord, RecordCollector};
 pub use context::ProcessorContext;
@@ -44,7 +46,9 @@ pub use punctuation::{PunctuationType, ScheduleId};
 pub use record::{Change, Header, Headers, Record, RecordMetadata};
 pub use store::{KeyValueStoreHandle, StoreKind, StoreProvider, StoreSpec};
 pub use task::{InputRecord, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState};
+pub use windowed::{SessionStoreHandle, WindowStoreHandle};
 
+pub(crate) use node::ProcessorNode;
 pub(crate) use store::StoreSerdes;
 
 /// A node of the processor graph (Kafka Streams' `Processor<KIn, VIn, KOut, VOut>`).

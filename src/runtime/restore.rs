@@ -45,7 +45,7 @@ pub(crate) fn restore_task(
     let mut stats = RestoreStats::default();
     let mut last_offsets: HashMap<String, i64> = HashMap::new();
     for (store, topic) in &changelogs {
-        let committed = task.read_store(store, |s| s.committed_offset()).flatten();
+        let committed = task.store_committed_offset(store);
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, timeout)
             .map_err(|e| {

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use crate::config::StreamsConfig;
 use crate::processor::{StoreProvider, StoreSpec, TaskId};
 use crate::state::{
-    KeyValueStore, RocksDbMemory, StateConfig, StateDirectory, StoreError, open_key_value_store,
+    InMemorySessionStore, InMemoryWindowStore, KeyValueStore, RocksDbMemory, RocksDbSessionStore,
+    RocksDbWindowStore, SessionStore, StateConfig, StateDirectory, StoreBackend, StoreError,
+    WindowStore, open_key_value_store,
 };
 
 /// The locked state directory of this instance and its process id.
@@ -89,18 +91,71 @@ pub(crate) struct TaskStoreProvider {
     state: Arc<InstanceState>,
 }
 
+impl TaskStoreProvider {
+    fn store_dir(
+        &self,
+        task: TaskId,
+        spec: &StoreSpec<'_>,
+    ) -> Result<std::path::PathBuf, StoreError> {
+        self.state
+            .dir
+            .lock()
+            .expect("state dir lock")
+            .store_dir(&task.to_string(), spec.name)
+    }
+}
+
 impl StoreProvider for TaskStoreProvider {
+    fn window_store(
+        &mut self,
+        task: TaskId,
+        spec: &StoreSpec<'_>,
+    ) -> Result<Box<dyn WindowStore>, StoreError> {
+        let (retention_ms, segment_ms) = spec.retention()?;
+        Ok(match self.state.state_config.default_backend {
+            StoreBackend::RocksDb => Box::new(RocksDbWindowStore::open(
+                &self.store_dir(task, spec)?,
+                spec.name,
+                &self.state.memory,
+                retention_ms,
+                segment_ms,
+            )?),
+            StoreBackend::InMemory => Box::new(InMemoryWindowStore::new(
+                spec.name,
+                retention_ms,
+                segment_ms,
+            )?),
+        })
+    }
+
+    fn session_store(
+        &mut self,
+        task: TaskId,
+        spec: &StoreSpec<'_>,
+    ) -> Result<Box<dyn SessionStore>, StoreError> {
+        let (retention_ms, segment_ms) = spec.retention()?;
+        Ok(match self.state.state_config.default_backend {
+            StoreBackend::RocksDb => Box::new(RocksDbSessionStore::open(
+                &self.store_dir(task, spec)?,
+                spec.name,
+                &self.state.memory,
+                retention_ms,
+                segment_ms,
+            )?),
+            StoreBackend::InMemory => Box::new(InMemorySessionStore::new(
+                spec.name,
+                retention_ms,
+                segment_ms,
+            )?),
+        })
+    }
+
     fn key_value_store(
         &mut self,
         task: TaskId,
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn KeyValueStore>, StoreError> {
-        let path = self
-            .state
-            .dir
-            .lock()
-            .expect("state dir lock")
-            .store_dir(&task.to_string(), spec.name)?;
+        let path = self.store_dir(task, spec)?;
         open_key_value_store(
             self.state.state_config.default_backend,
             &path,

@@ -9,7 +9,10 @@
 //!   topic, and is written and read by Weir only;
 //! * a changelog topic `<application_id>-<store>-changelog` gets as many
 //!   partitions as its store's sub-topology has tasks, with
-//!   `cleanup.policy=compact`;
+//!   `cleanup.policy=compact`; the changelog of a window or session store
+//!   gets `compact,delete` with `retention.ms` = the store's retention + 1 day
+//!   (Kafka Streams' `windowstore.changelog.additional.retention.ms` default),
+//!   so expired windows leave the changelog too;
 //! * an internal topic that already exists is accepted when its partition
 //!   count is right, and is an error otherwise.
 
@@ -37,7 +40,12 @@ pub struct TopicLayout {
     pub repartition_topics: Vec<String>,
     /// `(store, changelog topic)` of every logged store.
     pub changelog_topics: Vec<(String, String)>,
+    /// `retention.ms` of the changelog topics of window and session stores.
+    pub changelog_retention_ms: HashMap<String, i64>,
 }
+
+/// Added to a window or session store's retention for its changelog topic.
+const CHANGELOG_ADDITIONAL_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 impl TopicLayout {
     /// All topics the stream threads subscribe to.
@@ -75,6 +83,11 @@ pub fn plan(
     let mut layout = TopicLayout {
         repartition_topics: repartition_topics.clone(),
         changelog_topics: topology.changelog_topics(application_id),
+        changelog_retention_ms: topology
+            .changelog_retention_ms(application_id)
+            .into_iter()
+            .map(|(topic, r)| (topic, r.saturating_add(CHANGELOG_ADDITIONAL_RETENTION_MS)))
+            .collect(),
         ..TopicLayout::default()
     };
 
@@ -166,21 +179,27 @@ pub(crate) async fn create_internal_topics(
     existing: &HashMap<String, i32>,
 ) -> Result<(), StreamsError> {
     // (topic, partitions, topic configs)
-    type Wanted = (String, i32, Vec<(&'static str, &'static str)>);
+    type Wanted = (String, i32, Vec<(&'static str, String)>);
     let mut wanted: Vec<Wanted> = Vec::new();
     for topic in &layout.repartition_topics {
         wanted.push((
             topic.clone(),
             layout.partitions[topic],
-            vec![("cleanup.policy", "delete"), ("segment.bytes", "52428800")],
+            vec![
+                ("cleanup.policy", "delete".into()),
+                ("segment.bytes", "52428800".into()),
+            ],
         ));
     }
     for (_, topic) in &layout.changelog_topics {
-        wanted.push((
-            topic.clone(),
-            layout.partitions[topic],
-            vec![("cleanup.policy", "compact")],
-        ));
+        let configs = match layout.changelog_retention_ms.get(topic) {
+            Some(ms) => vec![
+                ("cleanup.policy", "compact,delete".into()),
+                ("retention.ms", ms.to_string()),
+            ],
+            None => vec![("cleanup.policy", "compact".into())],
+        };
+        wanted.push((topic.clone(), layout.partitions[topic], configs));
     }
     wanted.retain(|(name, _, _)| !existing.contains_key(name));
     if wanted.is_empty() {

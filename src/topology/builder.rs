@@ -124,10 +124,20 @@ impl BuilderInner {
 
     /// Adds a key-value store definition; returns its index.
     pub(crate) fn add_store(&mut self, name: String, logging: bool, serdes: StoreSerdes) -> usize {
+        self.add_store_of_kind(name, StoreKind::KeyValue, logging, serdes)
+    }
+
+    pub(crate) fn add_store_of_kind(
+        &mut self,
+        name: String,
+        kind: StoreKind,
+        logging: bool,
+        serdes: StoreSerdes,
+    ) -> usize {
         self.claim(&name);
         self.stores.push(StoreDef {
             name,
-            kind: StoreKind::KeyValue,
+            kind,
             logging,
             serdes,
         });

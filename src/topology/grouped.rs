@@ -16,14 +16,30 @@ use crate::processor::node::fn_node;
 use crate::processor::{Change, ProcessorContext, Record, StoreSerdes};
 use crate::serdes::SharedSerde;
 
-use super::{Data, Grouped, KStream, KTable, Materialized};
+use crate::windows::{SessionWindows, SlidingWindows, TimeWindows};
+
+use super::builder::BuilderInner;
+use super::{
+    Data, Grouped, KStream, KTable, Materialized, SessionWindowedKStream, TimeWindowedKStream,
+};
 
 /// A grouped stream (Kafka Streams' `KGroupedStream<K, V>`).
 pub struct KGroupedStream<K, V> {
-    stream: KStream<K, V>,
+    pub(crate) stream: KStream<K, V>,
     name: Option<String>,
-    key_serde: Option<SharedSerde<K>>,
-    value_serde: Option<SharedSerde<V>>,
+    pub(crate) key_serde: Option<SharedSerde<K>>,
+    pub(crate) value_serde: Option<SharedSerde<V>>,
+}
+
+impl<K, V> Clone for KGroupedStream<K, V> {
+    fn clone(&self) -> Self {
+        KGroupedStream {
+            stream: self.stream.clone(),
+            name: self.name.clone(),
+            key_serde: self.key_serde.clone(),
+            value_serde: self.value_serde.clone(),
+        }
+    }
 }
 
 impl<K: Data, V: Data> KGroupedStream<K, V> {
@@ -34,6 +50,38 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             name: grouped.name,
             stream,
         }
+    }
+
+    /// Windows the grouped stream by time (tumbling or hopping windows) for
+    /// a windowed aggregation; see [`crate::windows`].
+    pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::new(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream by sliding windows; see [`crate::windows`].
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::sliding(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream into sessions; see [`crate::windows`].
+    pub fn windowed_by_session(&self, windows: SessionWindows) -> SessionWindowedKStream<K, V> {
+        SessionWindowedKStream::new(self.clone(), windows)
+    }
+
+    /// The node an aggregation with store `store_name` reads from: the
+    /// stream's node, or a repartition topic's source inserted after it.
+    pub(crate) fn aggregation_parent(
+        &self,
+        b: &mut BuilderInner,
+        store_name: &str,
+        key: &SharedSerde<K>,
+    ) -> usize {
+        if !self.stream.repartition_required {
+            return self.stream.node;
+        }
+        let base = self.name.clone().unwrap_or_else(|| store_name.to_owned());
+        let record_value = b.serde(self.value_serde.clone(), None, &base, "value");
+        b.add_repartition(self.stream.node, &base, key.clone(), record_value)
     }
 
     /// Counts the records per key.
@@ -83,12 +131,7 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             "key",
         );
         let value = b.serde(materialized.value_serde, None, &store_name, "value");
-        let mut parent = self.stream.node;
-        if self.stream.repartition_required {
-            let base = self.name.clone().unwrap_or_else(|| store_name.clone());
-            let record_value = b.serde(self.value_serde.clone(), None, &base, "value");
-            parent = b.add_repartition(parent, &base, key.clone(), record_value);
-        }
+        let parent = self.aggregation_parent(&mut b, &store_name, &key);
         let name = b.name_or(self.stream.name.clone(), "KSTREAM-AGGREGATE-");
         let store = b.add_store(
             store_name.clone(),

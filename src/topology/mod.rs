@@ -55,6 +55,7 @@ mod kstream;
 mod ktable;
 mod options;
 mod split;
+mod windowed;
 
 pub use builder::StreamsBuilder;
 pub use describe::{
@@ -65,6 +66,7 @@ pub use kstream::KStream;
 pub use ktable::KTable;
 pub use options::{Consumed, Grouped, Materialized, Produced, Repartitioned};
 pub use split::BranchedKStream;
+pub use windowed::{SessionWindowedKStream, TimeWindowedKStream};
 
 use std::sync::Arc;
 
@@ -106,6 +108,15 @@ pub enum TopologyError {
         what: &'static str,
         /// The Rust type.
         type_name: &'static str,
+    },
+    /// A windowed aggregation was configured inconsistently.
+    #[error("windowed aggregation '{store}': {source}")]
+    Window {
+        /// The aggregation's store.
+        store: String,
+        /// What is wrong.
+        #[source]
+        source: crate::windows::WindowError,
     },
     /// Two processors or two stores have the same name.
     #[error(
@@ -269,6 +280,22 @@ impl Topology {
             .iter()
             .filter(|s| s.logging)
             .map(|s| (s.name.clone(), s.changelog_topic(application_id)))
+            .collect()
+    }
+
+    /// `(changelog topic, store retention in ms)` of every logged window or
+    /// session store.
+    pub fn changelog_retention_ms(&self, application_id: &str) -> Vec<(String, i64)> {
+        self.stores
+            .iter()
+            .filter(|s| s.logging)
+            .filter_map(|s| match s.kind {
+                StoreKind::Window { retention_ms, .. }
+                | StoreKind::Session { retention_ms, .. } => {
+                    Some((s.changelog_topic(application_id), retention_ms))
+                }
+                StoreKind::KeyValue => None,
+            })
             .collect()
     }
 

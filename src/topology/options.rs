@@ -127,6 +127,7 @@ pub struct Materialized<K, V> {
     pub(crate) key_serde: Option<SharedSerde<K>>,
     pub(crate) value_serde: Option<SharedSerde<V>>,
     pub(crate) logging: bool,
+    pub(crate) retention_ms: Option<i64>,
 }
 
 impl<K, V> Default for Materialized<K, V> {
@@ -136,6 +137,7 @@ impl<K, V> Default for Materialized<K, V> {
             key_serde: None,
             value_serde: None,
             logging: true,
+            retention_ms: None,
         }
     }
 }
@@ -170,6 +172,15 @@ impl<K: 'static, V: 'static> Materialized<K, V> {
     /// Without a changelog: the store is not fault tolerant.
     pub fn with_logging_disabled(mut self) -> Self {
         self.logging = false;
+        self
+    }
+
+    /// For window and session stores: keep windows this long (default:
+    /// window size + grace, the least possible; a longer retention keeps
+    /// closed windows queryable). Must be at least size + grace, checked
+    /// when the topology is built.
+    pub fn with_retention(mut self, retention: std::time::Duration) -> Self {
+        self.retention_ms = Some(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
         self
     }
 }

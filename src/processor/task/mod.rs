@@ -31,7 +31,6 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::handler::{self, ErrorHandling};
-use crate::state::{KeyValueStore, StoreError};
 use crate::topology::{NodeBuildContext, Topology};
 
 use super::StoreProvider;
@@ -41,8 +40,9 @@ use super::error::TaskError;
 use super::node::{ErasedNode, SourceError};
 use super::punctuation::{PunctuationType, Schedule};
 use super::record::RecordMetadata;
-use super::store::{StoreCell, StoreSerdes, StoreSlot, StoreSpec};
+use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
+mod stores;
 mod types;
 
 pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
@@ -95,6 +95,7 @@ fn frame<'a>(
         next_schedule_id,
         failed_node: Cell::new(None),
         initializing: false,
+        late_records: Cell::new(0),
     }
 }
 
@@ -126,8 +127,7 @@ impl TaskInstance {
                 kind: def.kind,
                 changelog_topic: changelog_topic.as_deref(),
             };
-            let backend = stores
-                .key_value_store(id, &spec)
+            let backend = AnyStore::open(stores, id, &spec)
                 .map_err(|source| TaskError::Store { task: id, source })?;
             store_slots.push(StoreSlot {
                 name: def.name.clone(),
@@ -211,30 +211,6 @@ impl TaskInstance {
         }
     }
 
-    /// Writes a restored changelog record into store `store` without logging
-    /// it (`value == None` deletes). Only before `initialize`.
-    pub fn restore(
-        &mut self,
-        store: &str,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), TaskError> {
-        self.require(TaskState::Created, "restore")?;
-        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
-            task: self.id,
-            source: StoreError::UnknownStore(store.to_owned()),
-        })?;
-        let mut cell = slot.inner.borrow_mut();
-        let result = match value {
-            Some(v) => cell.store.put(key, v),
-            None => cell.store.delete(key).map(|_| ()),
-        };
-        result.map_err(|source| TaskError::Store {
-            task: self.id,
-            source,
-        })
-    }
-
     /// Initializes the processors (they may schedule punctuators and write
     /// stores). `wall_clock_ms` is the current wall-clock time.
     pub fn initialize(
@@ -288,7 +264,7 @@ impl TaskInstance {
                 sources: self.sources.iter().map(|(t, _)| t.clone()).collect(),
             });
         };
-        let (result, failed_node, ops, stream_time) = {
+        let (result, failed_node, ops, stream_time, late) = {
             let f = frame(
                 self.id,
                 &self.nodes,
@@ -314,9 +290,11 @@ impl TaskInstance {
                 f.failed_node.get(),
                 f.schedule_ops.take(),
                 f.stream_time.get(),
+                f.late_records.get(),
             )
         };
         self.stream_time = stream_time;
+        self.metrics.late_dropped += late;
         self.apply_schedule_ops(ops);
         match result {
             Ok(()) => self.metrics.processed += 1,
@@ -461,6 +439,7 @@ impl TaskInstance {
             );
             let result = (schedule.callback)(&f, schedule.node, now_ms);
             ops.extend(f.schedule_ops.take());
+            self.metrics.late_dropped += f.late_records.get();
             fired += 1;
             if let Err(source) = result {
                 let error = TaskError::Punctuation {
@@ -506,6 +485,7 @@ impl TaskInstance {
             slot.inner
                 .borrow_mut()
                 .store
+                .state_mut()
                 .commit(offset)
                 .map_err(|source| TaskError::Store {
                     task: self.id,
@@ -518,7 +498,7 @@ impl TaskInstance {
     /// Discards every store's writes since the last commit (the transaction aborted).
     pub fn abort(&mut self) {
         for slot in &self.stores {
-            slot.inner.borrow_mut().store.abort();
+            slot.inner.borrow_mut().store.state_mut().abort();
         }
     }
 
@@ -537,6 +517,7 @@ impl TaskInstance {
             slot.inner
                 .borrow_mut()
                 .store
+                .state_mut()
                 .close()
                 .map_err(|source| TaskError::Store {
                     task: self.id,
@@ -544,26 +525,6 @@ impl TaskInstance {
                 })?;
         }
         Ok(())
-    }
-
-    fn store_slot(&self, name: &str) -> Option<&StoreSlot> {
-        self.stores.iter().find(|s| s.name == name)
-    }
-
-    /// Runs `read` on the byte-level store `name` (for interactive queries and
-    /// tests); `None` if this task has no such store.
-    pub fn read_store<R>(
-        &self,
-        name: &str,
-        read: impl FnOnce(&dyn KeyValueStore) -> R,
-    ) -> Option<R> {
-        let slot = self.store_slot(name)?;
-        let cell = slot.inner.borrow();
-        Some(read(cell.store.as_ref()))
-    }
-
-    pub(crate) fn store_serdes(&self, name: &str) -> Option<&StoreSerdes> {
-        self.store_slot(name).map(|s| &s.serdes)
     }
 }
 

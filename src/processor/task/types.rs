@@ -84,4 +84,7 @@ pub struct TaskMetrics {
     pub dead_lettered: u64,
     /// Punctuator invocations.
     pub punctuations: u64,
+    /// Records dropped by windowed operations because they arrived after
+    /// their window closed (stream time past window end + grace).
+    pub late_dropped: u64,
 }

@@ -1,0 +1,93 @@
+//! Store access of a task outside processing: restoring changelog records
+//! before `initialize`, and reading stores for interactive queries, the
+//! runtime's restore and the test driver.
+
+use crate::state::{KeyValueStore, SessionStore, StoreError, WindowStore};
+
+use super::super::store::{AnyStore, StoreSerdes, StoreSlot};
+use super::{TaskError, TaskInstance, TaskState};
+
+impl TaskInstance {
+    /// Writes a restored changelog record into store `store` without logging
+    /// it (`value == None` deletes). Only before `initialize`.
+    pub fn restore(
+        &mut self,
+        store: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), TaskError> {
+        self.require(TaskState::Created, "restore")?;
+        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
+            task: self.id,
+            source: StoreError::UnknownStore(store.to_owned()),
+        })?;
+        let mut cell = slot.inner.borrow_mut();
+        cell.store
+            .restore(key, value)
+            .map_err(|source| TaskError::Store {
+                task: self.id,
+                source,
+            })
+    }
+
+    fn store_slot(&self, name: &str) -> Option<&StoreSlot> {
+        self.stores.iter().find(|s| s.name == name)
+    }
+
+    /// Runs `read` on the byte-level key-value store `name` (for interactive
+    /// queries and tests); `None` if this task has no key-value store `name`.
+    pub fn read_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn KeyValueStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        match &cell.store {
+            AnyStore::KeyValue(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// Runs `read` on the byte-level window store `name`; `None` if this task
+    /// has no window store `name`.
+    pub fn read_window_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn WindowStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        match &cell.store {
+            AnyStore::Window(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// Runs `read` on the byte-level session store `name`; `None` if this
+    /// task has no session store `name`.
+    pub fn read_session_store<R>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&dyn SessionStore) -> R,
+    ) -> Option<R> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        match &cell.store {
+            AnyStore::Session(s) => Some(read(s.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// The changelog offset store `name` committed last (of any kind);
+    /// `None` if there is no such store or it never committed one.
+    pub fn store_committed_offset(&self, name: &str) -> Option<i64> {
+        let slot = self.store_slot(name)?;
+        let cell = slot.inner.borrow();
+        cell.store.state().committed_offset()
+    }
+
+    pub(crate) fn store_serdes(&self, name: &str) -> Option<&StoreSerdes> {
+        self.store_slot(name).map(|s| &s.serdes)
+    }
+}
