@@ -526,16 +526,18 @@ fn main_loop(
             // A rebalance happened while polling: the batch belongs to revoked tasks.
             continue;
         }
-        if !batch.is_empty() {
-            if let Err(e) = c.begin_if_needed() {
-                match e {
-                    TxnError::Abort(e) => {
-                        c.recover(consumer, &e)?;
-                        continue;
-                    }
-                    TxnError::Fatal(e) => return Err(e),
+        // Processing and punctuation output both need the transaction
+        // (beginning one is local to librdkafka until a record is sent).
+        if let Err(e) = c.begin_if_needed() {
+            match e {
+                TxnError::Abort(e) => {
+                    c.recover(consumer, &e)?;
+                    continue;
                 }
+                TxnError::Fatal(e) => return Err(e),
             }
+        }
+        if !batch.is_empty() {
             let Core {
                 tasks,
                 producer,
@@ -592,17 +594,8 @@ fn main_loop(
                 return Err(e.into());
             }
         }
-        // Wall-clock punctuation (its output needs the transaction too).
+        // Wall-clock punctuation.
         let now = wall_clock_ms();
-        if let Err(e) = c.begin_if_needed() {
-            match e {
-                TxnError::Abort(e) => {
-                    c.recover(consumer, &e)?;
-                    continue;
-                }
-                TxnError::Fatal(e) => return Err(e),
-            }
-        }
         {
             let Core {
                 tasks,
