@@ -88,11 +88,9 @@ impl KafkaStreams {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| {
-                StreamsError::Store(crate::state::StoreError::Io {
-                    path: "tokio runtime".into(),
-                    source: e,
-                })
+            .map_err(|source| StreamsError::Io {
+                context: "creating the runtime for admin requests",
+                source,
             })?;
         runtime.block_on(topics::create_internal_topics(
             &admin, &metadata, &layout, &existing,
@@ -134,11 +132,9 @@ impl KafkaStreams {
                         env.state.transition(AppState::Error);
                     }
                 })
-                .map_err(|e| {
-                    StreamsError::Store(crate::state::StoreError::Io {
-                        path: "stream thread".into(),
-                        source: e,
-                    })
+                .map_err(|source| StreamsError::Io {
+                    context: "spawning a stream thread",
+                    source,
                 })?;
             self.threads.push(handle);
         }

@@ -64,6 +64,15 @@ pub enum StreamsError {
     /// A state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The operating system refused a resource the runtime needs.
+    #[error("{context}: {source}")]
+    Io {
+        /// What Weir was doing.
+        context: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The application is not in a state that allows the call.
     #[error("cannot {action} while the application is {state:?}")]
     IllegalState {

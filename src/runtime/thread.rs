@@ -97,24 +97,16 @@ impl Core {
 
     /// Classifies a producer error into "abort and go on" or fatal.
     fn classify(&self, context: &str, error: KafkaError) -> TxnError {
-        if let KafkaError::Transaction(rd) = &error {
-            if rd.is_fatal()
-                || rd.code() == RDKafkaErrorCode::Fenced
-                || rd.code() == RDKafkaErrorCode::ProducerFenced
-            {
-                if matches!(
-                    rd.code(),
-                    RDKafkaErrorCode::Fenced
-                        | RDKafkaErrorCode::ProducerFenced
-                        | RDKafkaErrorCode::InvalidProducerEpoch
-                ) {
-                    return TxnError::Fatal(StreamsError::Fenced {
-                        transactional_id: self.transactional_id(),
-                    });
-                }
-                return TxnError::Fatal(StreamsError::kafka(context.to_string(), error));
+        use RDKafkaErrorCode::{Fenced, InvalidProducerEpoch, ProducerFenced};
+        if let KafkaError::Transaction(rd) = &error
+            && (rd.is_fatal() || matches!(rd.code(), Fenced | ProducerFenced))
+        {
+            if matches!(rd.code(), Fenced | ProducerFenced | InvalidProducerEpoch) {
+                return TxnError::Fatal(StreamsError::Fenced {
+                    transactional_id: self.transactional_id(),
+                });
             }
-            return TxnError::Abort(StreamsError::kafka(context.to_string(), error));
+            return TxnError::Fatal(StreamsError::kafka(context.to_string(), error));
         }
         TxnError::Abort(StreamsError::kafka(context.to_string(), error))
     }
