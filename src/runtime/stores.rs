@@ -13,9 +13,8 @@ use std::sync::{Arc, Mutex};
 use crate::config::StreamsConfig;
 use crate::processor::{StoreProvider, StoreSpec, TaskId};
 use crate::state::{
-    InMemorySessionStore, InMemoryWindowStore, KeyValueStore, RocksDbMemory, RocksDbSessionStore,
-    RocksDbWindowStore, SessionStore, StateConfig, StateDirectory, StoreBackend, StoreError,
-    WindowStore, open_key_value_store,
+    KeyValueStore, RocksDbMemory, SessionStore, StateConfig, StateDirectory, StoreError,
+    WindowStore, open_key_value_store, open_session_store, open_window_store,
 };
 
 /// The locked state directory of this instance and its process id.
@@ -112,20 +111,14 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn WindowStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        Ok(match self.state.state_config.default_backend {
-            StoreBackend::RocksDb => Box::new(RocksDbWindowStore::open(
-                &self.store_dir(task, spec)?,
-                spec.name,
-                &self.state.memory,
-                retention_ms,
-                segment_ms,
-            )?),
-            StoreBackend::InMemory => Box::new(InMemoryWindowStore::new(
-                spec.name,
-                retention_ms,
-                segment_ms,
-            )?),
-        })
+        open_window_store(
+            self.state.state_config.default_backend,
+            &self.store_dir(task, spec)?,
+            spec.name,
+            &self.state.memory,
+            retention_ms,
+            segment_ms,
+        )
     }
 
     fn session_store(
@@ -134,20 +127,14 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn SessionStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        Ok(match self.state.state_config.default_backend {
-            StoreBackend::RocksDb => Box::new(RocksDbSessionStore::open(
-                &self.store_dir(task, spec)?,
-                spec.name,
-                &self.state.memory,
-                retention_ms,
-                segment_ms,
-            )?),
-            StoreBackend::InMemory => Box::new(InMemorySessionStore::new(
-                spec.name,
-                retention_ms,
-                segment_ms,
-            )?),
-        })
+        open_session_store(
+            self.state.state_config.default_backend,
+            &self.store_dir(task, spec)?,
+            spec.name,
+            &self.state.memory,
+            retention_ms,
+            segment_ms,
+        )
     }
 
     fn key_value_store(

@@ -90,8 +90,12 @@ pub use dir::StateDirectory;
 pub use kv::{KvStore, open_key_value_store};
 pub use memory::{InMemoryKeyValueStore, MemoryBackend};
 pub use rocks::{RocksDbBackend, RocksDbKeyValueStore, RocksDbMemory, RocksDbMemoryUsage};
-pub use session::{InMemorySessionStore, RocksDbSessionStore, SegmentedSessionStore};
-pub use window::{InMemoryWindowStore, RocksDbWindowStore, SegmentedWindowStore};
+pub use session::{
+    InMemorySessionStore, RocksDbSessionStore, SegmentedSessionStore, open_session_store,
+};
+pub use window::{
+    InMemoryWindowStore, RocksDbWindowStore, SegmentedWindowStore, open_window_store,
+};
 
 /// Errors raised by state stores.
 #[derive(Debug, thiserror::Error)]
