@@ -107,6 +107,13 @@ pub struct StreamsConfig {
     pub cache_max_bytes: u64,
     /// Records buffered per input partition before it is paused. Default 1000.
     pub buffered_records_per_partition: usize,
+    /// How long a task with several input partitions waits for an empty one
+    /// before processing the others out of timestamp order, in
+    /// milliseconds. Default 0: never wait.
+    pub max_task_idle_ms: u64,
+    /// How often consumed records of repartition topics are deleted (up to
+    /// the committed offsets), in milliseconds. Default 30 000.
+    pub repartition_purge_interval_ms: u64,
     /// Longest time a poll waits for records, in milliseconds. Default 100.
     pub poll_ms: u64,
     /// What to do with records that cannot be deserialized or carry an
@@ -148,6 +155,8 @@ impl StreamsConfig {
             state_memory_budget_bytes: 128 << 20,
             cache_max_bytes: 10 << 20,
             buffered_records_per_partition: 1000,
+            max_task_idle_ms: 0,
+            repartition_purge_interval_ms: 30_000,
             poll_ms: 100,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
@@ -223,6 +232,10 @@ impl StreamsConfig {
             "buffered_records_per_partition" => {
                 self.buffered_records_per_partition = parse(key, value)?
             }
+            "max_task_idle_ms" => self.max_task_idle_ms = parse(key, value)?,
+            "repartition_purge_interval_ms" => {
+                self.repartition_purge_interval_ms = parse(key, value)?
+            }
             "poll_ms" => self.poll_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
@@ -232,7 +245,7 @@ impl StreamsConfig {
                     "unknown key; Weir keys are application_id, bootstrap_servers, \
                      num_stream_threads, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     poll_ms, deserialization_handler, processing_handler; librdkafka options take a kafka./consumer./producer./admin. prefix, \
+                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler; librdkafka options take a kafka./consumer./producer./admin. prefix, \
                      topology parameters a topology. prefix",
                 ));
             }

@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::buffer::{BufferStats, BufferStatsSnapshot};
+use super::purge::Purger;
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
@@ -26,6 +28,7 @@ pub struct KafkaStreams {
     threads: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<Arc<StreamsError>>>>,
     state_dir: Option<Arc<InstanceState>>,
+    buffer_stats: Arc<BufferStats>,
 }
 
 impl KafkaStreams {
@@ -42,6 +45,7 @@ impl KafkaStreams {
             threads: Vec::new(),
             error: Arc::new(Mutex::new(None)),
             state_dir: None,
+            buffer_stats: Arc::new(BufferStats::default()),
         })
     }
 
@@ -62,6 +66,13 @@ impl KafkaStreams {
     /// The fatal error that moved the application to [`AppState::Error`], if any.
     pub fn error(&self) -> Option<Arc<StreamsError>> {
         self.error.lock().expect("error lock").clone()
+    }
+
+    /// Counters of the input buffers of all stream threads: how often
+    /// partitions were paused because their buffer was full
+    /// (`buffered_records_per_partition`) and resumed when it drained.
+    pub fn buffer_stats(&self) -> BufferStatsSnapshot {
+        self.buffer_stats.snapshot()
     }
 
     /// Waits until the state satisfies `pred` or `timeout` passes; returns the state.
@@ -95,6 +106,7 @@ impl KafkaStreams {
         runtime.block_on(topics::create_internal_topics(
             &admin, &metadata, &layout, &existing,
         ))?;
+        let purger = Purger::start(admin)?;
 
         let state_dir = Arc::new(InstanceState::open(config)?);
         let process_id = state_dir.process_id().to_string();
@@ -108,6 +120,8 @@ impl KafkaStreams {
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),
             rebalancing: Arc::new(AtomicUsize::new(0)),
+            buffer_stats: self.buffer_stats.clone(),
+            purger,
         });
         self.state.transition(AppState::Rebalancing);
         let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));

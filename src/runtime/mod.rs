@@ -14,9 +14,11 @@
 //! * `clients.rs` — librdkafka client settings.
 
 mod app;
+mod buffer;
 mod clients;
 mod collector;
 mod error;
+mod purge;
 mod restore;
 mod state;
 mod stores;
@@ -24,6 +26,7 @@ mod thread;
 pub mod topics;
 
 pub use app::KafkaStreams;
+pub use buffer::{BufferStats, BufferStatsSnapshot};
 pub use error::StreamsError;
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
