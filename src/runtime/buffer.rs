@@ -358,7 +358,10 @@ mod tests {
         assert!(b.take_drained(&stats).is_empty(), "still full");
         let now = Instant::now();
         b.next(task(1), now);
-        assert!(b.take_drained(&stats).is_empty(), "3 left: still at the bound");
+        assert!(
+            b.take_drained(&stats).is_empty(),
+            "3 left: still at the bound"
+        );
         b.next(task(1), now);
         assert_eq!(b.take_drained(&stats), [("left".to_string(), 1)]);
         let snap = stats.snapshot();
