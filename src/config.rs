@@ -91,6 +91,9 @@ pub struct StreamsConfig {
     pub bootstrap_servers: String,
     /// Stream threads in this instance. Default 1.
     pub num_stream_threads: usize,
+    /// Warm copies kept of each stateful task on other instances (standby
+    /// replicas). Default 0.
+    pub num_standby_replicas: usize,
     /// At-least-once (default, as Kafka Streams) or exactly-once v2.
     pub processing_guarantee: ProcessingGuarantee,
     /// How often tasks commit. Default: 100 ms under exactly-once, 30 s
@@ -149,6 +152,7 @@ impl StreamsConfig {
             application_id: application_id.into(),
             bootstrap_servers: bootstrap_servers.into(),
             num_stream_threads: 1,
+            num_standby_replicas: 0,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
             commit_interval_ms: None,
             state_dir: PathBuf::from("/tmp/weir"),
@@ -222,6 +226,7 @@ impl StreamsConfig {
             "application_id" => self.application_id = value.to_string(),
             "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
+            "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
             "processing_guarantee" => {
                 self.processing_guarantee = value.parse().map_err(|m| ConfigError::new(key, m))?
             }
@@ -243,7 +248,7 @@ impl StreamsConfig {
                 return Err(ConfigError::new(
                     key,
                     "unknown key; Weir keys are application_id, bootstrap_servers, \
-                     num_stream_threads, processing_guarantee, commit_interval_ms, state_dir, \
+                     num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
                      max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler; librdkafka options take a kafka./consumer./producer./admin. prefix, \
                      topology parameters a topology. prefix",

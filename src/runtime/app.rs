@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::buffer::{BufferStats, BufferStatsSnapshot};
 use super::purge::Purger;
+use super::standby::{self, StandbyRegistry};
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
@@ -122,7 +123,24 @@ impl KafkaStreams {
             rebalancing: Arc::new(AtomicUsize::new(0)),
             buffer_stats: self.buffer_stats.clone(),
             purger,
+            standbys: Arc::new(StandbyRegistry::default()),
         });
+        if config.num_standby_replicas > 0 {
+            let (env, process_id) = (env.clone(), process_id.clone());
+            let handle = std::thread::Builder::new()
+                .name("weir-standby".into())
+                .spawn(move || {
+                    let registry = env.standbys.clone();
+                    if let Err(e) = standby::run(env, registry, process_id) {
+                        tracing::warn!(error = %e, "the standby thread stopped; tasks that move here restore in full");
+                    }
+                })
+                .map_err(|source| StreamsError::Io {
+                    context: "spawning the standby thread",
+                    source,
+                })?;
+            self.threads.push(handle);
+        }
         self.state.transition(AppState::Rebalancing);
         let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));
         for index in 0..config.num_stream_threads {

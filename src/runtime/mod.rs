@@ -20,6 +20,7 @@ mod collector;
 mod error;
 mod purge;
 mod restore;
+mod standby;
 mod state;
 mod stores;
 mod thread;

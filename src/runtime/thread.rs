@@ -40,6 +40,7 @@ use super::buffer::{BufferStats, TaskBuffers};
 use super::collector::{KafkaCollector, ProducerEvents, ThreadProducer};
 use super::purge::{PurgeOffsets, Purger};
 use super::restore::restore_task;
+use super::standby::StandbyRegistry;
 use super::stores::InstanceState;
 use super::topics::TopicLayout;
 use super::{AppState, StateCell, StreamsError};
@@ -70,6 +71,8 @@ pub(crate) struct ThreadEnv {
     pub(crate) buffer_stats: Arc<BufferStats>,
     /// Deletes consumed records of repartition topics.
     pub(crate) purger: Purger,
+    /// Active and standby tasks of this instance.
+    pub(crate) standbys: Arc<StandbyRegistry>,
 }
 
 /// The state a rebalance touches; see the module docs.
@@ -245,6 +248,7 @@ impl Core {
             if let Err(e) = task.close() {
                 tracing::warn!(task = %id, error = %e, "closing task failed");
             }
+            self.env.standbys.release(id);
         }
     }
 
@@ -268,13 +272,22 @@ impl Core {
         ids.dedup();
         let now = wall_clock_ms();
         for id in ids {
-            let mut provider = self.env.stores.provider();
-            let mut task = TaskInstance::new(
-                self.env.topology.clone(),
-                id,
-                self.env.task_config.clone(),
-                &mut provider,
-            )?;
+            let mut task = match self.env.standbys.claim(id) {
+                Some(standby) => {
+                    tracing::info!(task = %id, "taking over the standby copy");
+                    standby.into_task()?
+                }
+                None => {
+                    let mut provider = self.env.stores.provider();
+                    TaskInstance::new(
+                        self.env.topology.clone(),
+                        id,
+                        self.env.task_config.clone(),
+                        &mut provider,
+                    )
+                    .inspect_err(|_| self.env.standbys.release(id))?
+                }
+            };
             let started = Instant::now();
             let stats = restore_task(&mut task, &self.restore_consumer, Duration::from_secs(300))?;
             if stats.changelog_size > 0 {
