@@ -237,6 +237,7 @@ pub struct Topology {
     pub(crate) nodes: Vec<NodeDef>,
     pub(crate) stores: Vec<StoreDef>,
     pub(crate) subtopologies: Vec<SubtopologyDef>,
+    pub(crate) late_topics: Vec<String>,
 }
 
 impl Topology {
@@ -281,6 +282,12 @@ impl Topology {
             .filter(|s| s.logging)
             .map(|s| (s.name.clone(), s.changelog_topic(application_id)))
             .collect()
+    }
+
+    /// The late-records topics of windowed aggregations
+    /// (`late_records_to`), sorted; the runtime creates missing ones.
+    pub fn late_topics(&self) -> &[String] {
+        &self.late_topics
     }
 
     /// `(changelog topic, store retention in ms)` of every logged window or
