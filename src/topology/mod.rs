@@ -144,6 +144,16 @@ pub enum TopologyError {
     /// The topology has no source.
     #[error("the topology has no source; add one with StreamsBuilder::stream or ::table")]
     Empty,
+    /// A parameter of a shipped topology has a value it cannot use.
+    #[error("config key 'topology.{name}' = '{value}': {requirement}")]
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        requirement: &'static str,
+    },
 }
 
 /// A topic as the topology names it.
