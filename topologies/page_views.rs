@@ -21,6 +21,15 @@
 //!
 //! The input is keyed by page, so the aggregation needs no repartition topic:
 //! a page's views stay in one partition and one task.
+//!
+//! The sample ([`sample`], `weir generate page-views`) has fixed event times
+//! from [`SAMPLE_START_MS`] (2023-11-14) on. Window changelogs are
+//! `compact,delete` with retention = window retention + 1 day *by record
+//! time*, which is event time (as in Kafka Streams), so the broker deletes
+//! the changelog records of such old windows at its next retention check: a
+//! run without restarts is unaffected, but a task restored after that check
+//! has lost the counts of its open windows. Restart experiments need
+//! current event times (`tests/runtime_windows.rs` shifts the sample to now).
 
 use std::time::Duration;
 
