@@ -143,11 +143,12 @@ struct PageViews {
     output: String,
     late: String,
     partitions: i32,
+    guarantee: &'static str,
     dir: tempfile::TempDir,
 }
 
 impl PageViews {
-    fn new(name: &str, partitions: i32) -> PageViews {
+    fn new(name: &str, partitions: i32, guarantee: &'static str) -> PageViews {
         let app_id = common::unique_topic(name);
         let input = format!("{app_id}-views");
         let output = format!("{app_id}-per-minute");
@@ -162,6 +163,7 @@ impl PageViews {
             input,
             output,
             partitions,
+            guarantee,
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -169,7 +171,7 @@ impl PageViews {
     fn start(&self, instance: usize) -> WeirApp {
         let settings = vec![
             format!("application_id={}", self.app_id),
-            "processing_guarantee=exactly_once_v2".to_string(),
+            format!("processing_guarantee={}", self.guarantee),
             "commit_interval_ms=200".to_string(),
             format!("topology.input_topic={}", self.input),
             format!("topology.output_topic={}", self.output),
@@ -220,8 +222,17 @@ impl PageViews {
 
 #[test]
 fn stream_time_and_lateness_survive_a_task_move() {
+    stream_time_and_lateness_survive_a_task_move_under("exactly_once_v2");
+}
+
+#[test]
+fn stream_time_and_lateness_survive_a_task_move_at_least_once() {
+    stream_time_and_lateness_survive_a_task_move_under("at_least_once");
+}
+
+fn stream_time_and_lateness_survive_a_task_move_under(guarantee: &'static str) {
     let _serial = serial();
-    let f = PageViews::new("pv-time", 1);
+    let f = PageViews::new("pv-time", 1, guarantee);
     let t0 = event_time_base();
     f.produce_views(&[("/a", t0 + 150_000)]);
     let mut a = f.start(0);
@@ -281,7 +292,7 @@ fn reference(base: i64, n: u64) -> BTreeMap<(String, i64), i64> {
 #[test]
 fn emit_final_once_per_window_through_sigkill_and_rebalance() {
     let _serial = serial();
-    let f = PageViews::new("pv-crash", 2);
+    let f = PageViews::new("pv-crash", 2, "exactly_once_v2");
     let started = Instant::now();
     let base = event_time_base();
     // 600 views per minute of event time; window w holds samples 600w..600w+600.
@@ -289,11 +300,18 @@ fn emit_final_once_per_window_through_sigkill_and_rebalance() {
     let mut a = f.start(0);
     f.wait_all_committed(&mut [&mut a], "the first 2,700 views are committed");
     // Window [240 s, 300 s) got its first views; it closes at 310 s (sample
-    // ~3,100). More views of it, then SIGKILL while they are in flight.
-    f.produce_samples(base, 2_700, 2_750);
-    std::thread::sleep(Duration::from_millis(150));
-    a.kill();
-    let committed_at_kill: i64 = f.committed().iter().map(|(o, _)| o).sum();
+    // ~3,100). More views of it trickle in, and SIGKILL lands among them.
+    let committed_at_kill = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Five batches of ten, each a new producer (about 0.4 s apiece).
+            for i in (2_700..2_750).step_by(10) {
+                f.produce_samples(base, i, i + 10);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(900));
+        a.kill();
+        f.committed().iter().map(|(o, _)| o).sum::<i64>()
+    });
     let before_restart = results(&f.output);
     let mut a = f.start(0);
     f.produce_samples(base, 2_750, 3_600);

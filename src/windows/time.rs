@@ -210,6 +210,17 @@ pub(crate) fn forward_ids<K: Clone + 'static, V: 'static, A: Clone + 'static>(
                 },
                 ctx.timestamp(),
             ))?;
+        } else {
+            // The trigger knows the window, the store does not: its data was
+            // lost, e.g. the broker deleted its changelog records (window
+            // changelogs are retained by event time) before a restore.
+            tracing::warn!(
+                task = %ctx.task_id(),
+                store = %spec.store,
+                window_start_ms = start,
+                "a window tracked by the trigger has no value in its store; no result is emitted for it \
+                 (were its changelog records deleted by retention? event times far in the past expire)"
+            );
         }
     }
     Ok(())
