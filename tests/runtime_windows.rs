@@ -384,3 +384,18 @@ fn emit_final_once_per_window_through_sigkill_and_rebalance() {
     assert_eq!(a.stop(), Some(0));
     assert_eq!(b.stop(), Some(0));
 }
+
+#[test]
+fn a_missing_late_topic_is_planned_like_the_sources_and_an_existing_one_kept() {
+    let pv = weir::topologies::find("page-views").unwrap();
+    let topology = (pv.build)(&pv.params(&Default::default()).unwrap()).unwrap();
+    let plan = |existing: &[(&str, i32)]| {
+        let existing = existing.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        weir::runtime::topics::plan(&topology, "app", &existing).unwrap()
+    };
+    let layout = plan(&[("page-views", 6)]);
+    assert_eq!(layout.late_topics, ["page-views-late"]);
+    assert_eq!(layout.partitions["page-views-late"], 6);
+    let layout = plan(&[("page-views", 6), ("page-views-late", 1)]);
+    assert_eq!(layout.partitions["page-views-late"], 1);
+}
