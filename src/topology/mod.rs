@@ -51,6 +51,7 @@
 mod builder;
 mod describe;
 mod grouped;
+mod join;
 mod kstream;
 mod ktable;
 mod options;
@@ -62,6 +63,7 @@ pub use describe::{
     NodeDescription, NodeKindDescription, SubtopologyDescription, TopologyDescription,
 };
 pub use grouped::KGroupedStream;
+pub use join::{JoinWindows, Joined, ListSerde};
 pub use kstream::KStream;
 pub use ktable::KTable;
 pub use options::{Consumed, Grouped, Materialized, Produced, Repartitioned};
