@@ -26,6 +26,7 @@
 //!   until their window closes.
 
 mod list;
+mod stream_stream;
 mod stream_table;
 mod table_table;
 mod windows;
