@@ -39,6 +39,7 @@ pub(crate) struct BuilderInner {
     pub(crate) serdes: SerdeRegistry,
     errors: Vec<TopologyError>,
     names: HashSet<String>,
+    globals: Vec<super::global::GlobalDef>,
 }
 
 pub(crate) type Shared = Rc<RefCell<BuilderInner>>;
@@ -142,6 +143,12 @@ impl BuilderInner {
             serdes,
         });
         self.stores.len() - 1
+    }
+
+    /// Adds a global table (claims its store name).
+    pub(crate) fn add_global(&mut self, global: super::global::GlobalDef) {
+        self.claim(&global.store);
+        self.globals.push(global);
     }
 
     pub(crate) fn connect_store(&mut self, node: usize, store: usize) {
@@ -266,7 +273,7 @@ impl BuilderInner {
 /// assert!(topology.describe().to_string().contains("KSTREAM-FILTER-0000000001"));
 /// ```
 pub struct StreamsBuilder {
-    inner: Shared,
+    pub(crate) inner: Shared,
 }
 
 impl Default for StreamsBuilder {
@@ -291,6 +298,7 @@ impl StreamsBuilder {
                 serdes,
                 errors: Vec::new(),
                 names: HashSet::new(),
+                globals: Vec::new(),
             })),
         }
     }
@@ -359,6 +367,7 @@ impl StreamsBuilder {
             .nodes
             .iter()
             .any(|n| matches!(n.kind, NodeKind::Source { .. }))
+            && b.globals.is_empty()
         {
             return Err(TopologyError::Empty);
         }
@@ -392,6 +401,7 @@ impl StreamsBuilder {
             nodes,
             stores,
             subtopologies,
+            globals: b.globals.clone(),
         })
     }
 }

@@ -50,6 +50,7 @@
 
 mod builder;
 mod describe;
+mod global;
 mod grouped;
 mod join;
 mod kstream;
@@ -62,6 +63,7 @@ pub use builder::StreamsBuilder;
 pub use describe::{
     NodeDescription, NodeKindDescription, SubtopologyDescription, TopologyDescription,
 };
+pub use global::{GlobalKTable, GlobalStore, GlobalStores};
 pub use grouped::KGroupedStream;
 pub use join::{JoinWindows, Joined, ListSerde};
 pub use kstream::KStream;
@@ -191,6 +193,8 @@ pub(crate) enum NodeKind {
 /// Arguments for making a node instance for a task.
 pub(crate) struct NodeBuildContext<'a> {
     pub(crate) application_id: &'a str,
+    /// The loaded global stores (read by stream–global-table joins).
+    pub(crate) globals: &'a GlobalStores,
 }
 
 pub(crate) type NodeFactory =
@@ -239,6 +243,8 @@ pub struct Topology {
     pub(crate) nodes: Vec<NodeDef>,
     pub(crate) stores: Vec<StoreDef>,
     pub(crate) subtopologies: Vec<SubtopologyDef>,
+    /// Global tables: outside every sub-topology, loaded by the runner.
+    pub(crate) globals: Vec<global::GlobalDef>,
 }
 
 impl Topology {
@@ -308,6 +314,14 @@ impl Topology {
             .iter()
             .position(|sub| sub.stores.contains(&index))
             .map(|i| i as u32)
+    }
+
+    /// `(store, source topic)` of every global table.
+    pub fn global_topics(&self) -> Vec<(String, String)> {
+        self.globals
+            .iter()
+            .map(|g| (g.store.clone(), g.topic.clone()))
+            .collect()
     }
 
     /// The names of all stores.

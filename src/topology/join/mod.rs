@@ -24,7 +24,11 @@
 //!   variants over [`JoinWindows`]: both sides are buffered in logged window
 //!   stores; unmatched left/outer results wait in a logged key-value store
 //!   until their window closes.
+//! * `global` — [`super::KStream::join_global`], [`super::KStream::left_join_global`]:
+//!   a lookup in a [`super::GlobalKTable`] by a key mapped from the record;
+//!   no co-partitioning needed.
 
+mod global;
 mod list;
 mod stream_stream;
 mod stream_table;
