@@ -24,10 +24,14 @@
 //!   variants over [`JoinWindows`]: both sides are buffered in logged window
 //!   stores; unmatched left/outer results wait in a logged key-value store
 //!   until their window closes.
+//! * `foreign_key` — [`super::KTable::join_on_foreign_key`],
+//!   [`super::KTable::left_join_on_foreign_key`]: the left value names the
+//!   right key; subscription and response topics connect the two sides.
 //! * `global` — [`super::KStream::join_global`], [`super::KStream::left_join_global`]:
 //!   a lookup in a [`super::GlobalKTable`] by a key mapped from the record;
 //!   no co-partitioning needed.
 
+mod foreign_key;
 mod global;
 mod list;
 mod stream_stream;
