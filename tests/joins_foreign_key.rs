@@ -50,7 +50,10 @@ fn driver(left: bool) -> TopologyTestDriver {
     TopologyTestDriver::new(topology, DriverConfig::new("app")).unwrap()
 }
 
-fn run(left: bool) -> (TopologyTestDriver, Vec<Vec<(String, Option<String>)>>) {
+/// The output after each step of the script.
+type Steps = Vec<Vec<(String, Option<String>)>>;
+
+fn run(left: bool) -> (TopologyTestDriver, Steps) {
     let mut d = driver(left);
     let (orders, customers) = (topic("orders"), topic("customers"));
     let out = TestOutputTopic::new("out", StringSerde, OptionSerde::new(StringSerde));
@@ -84,7 +87,7 @@ fn r(k: &str, v: Option<&str>) -> (String, Option<String>) {
 #[test]
 fn inner_foreign_key_join_golden() {
     let (d, steps) = run(false);
-    let expected: Vec<Vec<(String, Option<String>)>> = vec![
+    let expected: Steps = vec![
         vec![],
         vec![r("o1", Some("c1:pen@Ann"))],
         vec![],
@@ -104,7 +107,7 @@ fn inner_foreign_key_join_golden() {
 #[test]
 fn left_foreign_key_join_golden() {
     let (_, steps) = run(true);
-    let expected: Vec<Vec<(String, Option<String>)>> = vec![
+    let expected: Steps = vec![
         vec![r("o1", Some("c1:pen@?"))],
         vec![r("o1", Some("c1:pen@Ann"))],
         vec![],
