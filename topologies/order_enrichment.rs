@@ -13,6 +13,10 @@
 //! * writes one [`EnrichedOrder`] per order to `enriched-orders` (key: the
 //!   order id). A customer or product that is not loaded yet when the order
 //!   is processed gives `null` fields (left joins): produce tables first.
+//!
+//! `weir generate order-enrichment` creates the topics and writes sample
+//! *orders* only; write the tables with [`sample_customer`] and
+//! [`sample_product`] (as `tests/runtime_joins.rs` does) before the orders.
 
 use serde::{Deserialize, Serialize};
 
