@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::weir_app::WeirApp;
 use weir::topologies::order_enrichment::{
-    Customer, EnrichedOrder, Product, SAMPLE_CUSTOMERS, SAMPLE_PRODUCTS, sample_customer,
+    Customer, EnrichedOrder, Order, Product, SAMPLE_CUSTOMERS, SAMPLE_PRODUCTS, sample_customer,
     sample_order, sample_product,
 };
 
@@ -215,17 +215,12 @@ fn two_instances_enrich_every_order_exactly_once_across_a_sigkill() {
         (at_kill as u64) < n,
         "the kill happened mid-run ({at_kill} of {n} outputs committed)"
     );
-    // Give a duplicate (if there were one) time to be committed, then stop.
+    // Give a duplicate (if there were one) time to be committed.
     std::thread::sleep(Duration::from_secs(3));
-    for app in [&mut a, &mut b] {
-        let log = tail(&app.log_text());
-        assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
-    }
     println!(
         "{n} orders enriched by 2 instances (one killed) in {:?}",
         started.elapsed()
     );
-
     let output = read_output(&f.output);
     let mut seen: BTreeMap<String, EnrichedOrder> = BTreeMap::new();
     for (key, enriched) in &output {
@@ -250,6 +245,80 @@ fn two_instances_enrich_every_order_exactly_once_across_a_sigkill() {
             order.order_id
         );
     }
+
+    // The global table stays current while running: after a product update,
+    // later orders (eventually) see it; every order still appears once.
+    let old = products["p0"].clone();
+    let renamed = Product {
+        name: "product-0-renamed".to_owned(),
+        price_cents: 999,
+    };
+    common::produce_batch(
+        &f.products,
+        &json_records(&[("p0".to_owned(), renamed.clone())]),
+    );
+    let extra = |j: u64| Order {
+        order_id: format!("x{j}"),
+        customer_id: "c1".to_owned(),
+        product_id: "p0".to_owned(),
+        quantity: 2,
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut produced = 0;
+    loop {
+        let batch: Vec<_> = (produced..produced + 10)
+            .map(|j| {
+                let o = extra(j);
+                (
+                    Some(o.order_id.clone().into_bytes()),
+                    serde_json::to_vec(&o).unwrap(),
+                )
+            })
+            .collect();
+        common::produce_batch(&f.orders, &batch);
+        produced += 10;
+        std::thread::sleep(Duration::from_secs(1));
+        let renamed_seen = read_output(&f.output)
+            .iter()
+            .any(|(_, e)| e.product_name.as_deref() == Some(renamed.name.as_str()));
+        if renamed_seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no order saw the product update within 120 s"
+        );
+    }
+    wait_until(
+        "the extra outputs",
+        &f.output,
+        Duration::from_secs(120),
+        &mut [&mut a, &mut b],
+        |c| c >= (n + produced) as usize,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    for app in [&mut a, &mut b] {
+        let log = tail(&app.log_text());
+        assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
+    }
+    let output = read_output(&f.output);
+    assert_eq!(
+        output.len() as u64,
+        n + produced,
+        "exactly one output per order"
+    );
+    let mut renamed_count = 0;
+    for (key, enriched) in output.iter().filter(|(k, _)| k.starts_with('x')) {
+        let j: u64 = key[1..].parse().unwrap();
+        let order = extra(j);
+        let customer = customers.get("c1");
+        if *enriched == EnrichedOrder::of(&order, customer, Some(&renamed)) {
+            renamed_count += 1;
+        } else {
+            assert_eq!(*enriched, EnrichedOrder::of(&order, customer, Some(&old)));
+        }
+    }
+    println!("product update: {renamed_count} of {produced} later orders saw it");
     let globals_logged = a.log_text().contains("global tables loaded");
     assert!(globals_logged, "the global thread logs its load");
 }
