@@ -5,6 +5,10 @@
 //! order must appear exactly once with the fields an independent
 //! computation gives.
 //!
+//! A second test runs a windowed stream–stream join and a foreign-key join
+//! in one in-process instance (RocksDB stores, internal topics created at
+//! start-up, the two foreign-key sides on differently partitioned topics).
+//!
 //! Semantics asserted: the tables are produced first; the products global
 //! table is loaded in full before processing starts (by design); the test
 //! waits until every customer is in the customers store's committed
@@ -146,8 +150,16 @@ fn wait_until(
     }
 }
 
+/// Both tests load the 2 shared cores; they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn two_instances_enrich_every_order_exactly_once_across_a_sigkill() {
+    let _serial = serial();
     let f = Fixture::new();
     let n: u64 = 10_000;
     let customers: BTreeMap<String, Customer> =
@@ -321,4 +333,171 @@ fn two_instances_enrich_every_order_exactly_once_across_a_sigkill() {
     println!("product update: {renamed_count} of {produced} later orders saw it");
     let globals_logged = a.log_text().contains("global tables loaded");
     assert!(globals_logged, "the global thread logs its load");
+}
+
+fn latest(topic: &str) -> BTreeMap<String, Option<String>> {
+    weir::tools::latest_per_key(&common::bootstrap(), topic)
+        .expect("reading the output")
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8(k).unwrap(),
+                v.map(|v| String::from_utf8(v).unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn text_records(rows: &[(String, String)]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    rows.iter()
+        .map(|(k, v)| (Some(k.clone().into_bytes()), v.clone().into_bytes()))
+        .collect()
+}
+
+/// Polls `check` once a second until it holds or `timeout` passes.
+fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn windowed_and_foreign_key_joins_run_on_the_broker() {
+    use weir::serdes::{OptionSerde, StringSerde};
+    use weir::topology::{Consumed, JoinWindows, Joined, Materialized, Produced, StreamsBuilder};
+
+    let _serial = serial();
+    let app_id = common::unique_topic("joins-rt");
+    let t = |name: &str| format!("{app_id}-{name}");
+    let (left, right, orders, customers) = (t("left"), t("right"), t("orders"), t("customers"));
+    let (pairs_out, fk_out) = (t("pairs"), t("fk"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[
+            (&left, 2),
+            (&right, 2),
+            (&orders, 2),
+            (&customers, 3),
+            (&pairs_out, 2),
+            (&fk_out, 2),
+        ]));
+
+    let builder = StreamsBuilder::new();
+    let l = builder.stream::<String, String>(&left, Consumed::new());
+    let r = builder.stream::<String, String>(&right, Consumed::new());
+    let window = Duration::from_secs(60);
+    l.join_stream(
+        &r,
+        |a: &String, b: &String| format!("{a}+{b}"),
+        JoinWindows::of_time_difference_and_grace(window, window),
+        Joined::as_("pairs"),
+    )
+    .to(&pairs_out, Produced::new());
+    let order_table =
+        builder.table::<String, String>(&orders, Consumed::new(), Materialized::as_("orders"));
+    let customer_table = builder.table::<String, String>(
+        &customers,
+        Consumed::new(),
+        Materialized::as_("customers"),
+    );
+    order_table
+        .named("fk")
+        .join_on_foreign_key(
+            &customer_table,
+            |o: &String| o.split(':').next().unwrap_or_default().to_owned(),
+            |o: &String, c: &String| format!("{o}@{c}"),
+        )
+        .to_stream()
+        .to(
+            &fk_out,
+            Produced::with(StringSerde, OptionSerde::new(StringSerde)),
+        );
+
+    let customer_rows: Vec<(String, String)> = (0..5)
+        .map(|i| (format!("c{i}"), format!("name{i}")))
+        .collect();
+    let order_rows: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("o{i}"), format!("c{}:item{i}", i % 5)))
+        .collect();
+    common::produce_batch(&customers, &text_records(&customer_rows));
+    common::produce_batch(&orders, &text_records(&order_rows));
+    let lefts: Vec<_> = (0..100)
+        .map(|i| (format!("k{i}"), format!("L{i}")))
+        .collect();
+    let rights: Vec<_> = (0..100)
+        .map(|i| (format!("k{i}"), format!("R{i}")))
+        .collect();
+    common::produce_batch(&left, &text_records(&lefts));
+    common::produce_batch(&right, &text_records(&rights));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = weir::config::StreamsConfig::new(&app_id, &common::bootstrap());
+    config.state_dir = dir.path().to_path_buf();
+    config.processing_guarantee = weir::config::ProcessingGuarantee::ExactlyOnceV2;
+    let mut app = weir::runtime::KafkaStreams::new(builder.build().unwrap(), config).unwrap();
+    app.start().expect("the joins app starts");
+
+    let expected_fk = |rename: bool| -> BTreeMap<String, Option<String>> {
+        (0..50)
+            .map(|i| {
+                let (c, item) = match (rename, i) {
+                    (true, 1) => (0, "moved".to_owned()),
+                    _ => (i % 5, format!("item{i}")),
+                };
+                let name = if rename && c == 0 {
+                    "renamed".to_owned()
+                } else {
+                    format!("name{c}")
+                };
+                (format!("o{i}"), Some(format!("c{c}:{item}@{name}")))
+            })
+            .collect()
+    };
+    eventually("every order joined", Duration::from_secs(120), || {
+        latest(&fk_out) == expected_fk(false)
+    });
+    // A right-side update and a foreign-key change (o1: c1 → c0).
+    common::produce_batch(
+        &customers,
+        &text_records(&[("c0".to_owned(), "renamed".to_owned())]),
+    );
+    common::produce_batch(
+        &orders,
+        &text_records(&[("o1".to_owned(), "c0:moved".to_owned())]),
+    );
+    eventually("updates propagated", Duration::from_secs(120), || {
+        latest(&fk_out) == expected_fk(true)
+    });
+    eventually("every pair joined", Duration::from_secs(120), || {
+        common::read_to_end(&pairs_out).len() >= 100
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(app.close(Duration::from_secs(60)), "the app stops");
+
+    let pairs: Vec<(String, String)> = common::read_to_end(&pairs_out)
+        .into_iter()
+        .map(|r| {
+            (
+                String::from_utf8(r.key.unwrap()).unwrap(),
+                String::from_utf8(r.value.unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let mut sorted = pairs.clone();
+    sorted.sort();
+    let mut expected: Vec<(String, String)> = (0..100)
+        .map(|i| (format!("k{i}"), format!("L{i}+R{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(sorted, expected, "each pair joined exactly once");
+    let fk_records = common::read_to_end(&fk_out).len();
+    println!(
+        "windowed join: {} results; foreign-key join: {fk_records} result records for 50 orders and 2 updates",
+        pairs.len()
+    );
 }
