@@ -436,7 +436,7 @@ fn windowed_and_foreign_key_joins_run_on_the_broker() {
     common::produce_batch(&right, &text_records(&rights));
 
     let dir = tempfile::tempdir().unwrap();
-    let mut config = weir::config::StreamsConfig::new(&app_id, &common::bootstrap());
+    let mut config = weir::config::StreamsConfig::new(&app_id, common::bootstrap());
     config.state_dir = dir.path().to_path_buf();
     config.processing_guarantee = weir::config::ProcessingGuarantee::ExactlyOnceV2;
     let mut app = weir::runtime::KafkaStreams::new(builder.build().unwrap(), config).unwrap();
