@@ -103,3 +103,28 @@ fn left_global_join_golden() {
         ]
     );
 }
+
+#[test]
+fn describe_lists_the_global_store() {
+    let builder = StreamsBuilder::new();
+    let products = builder.global_table::<String, String>(
+        "products",
+        Consumed::new(),
+        Materialized::as_("products-store"),
+    );
+    builder
+        .stream::<String, String>("orders", Consumed::new())
+        .join_global(
+            &products,
+            |_, p: &String| p.clone(),
+            |_: &String, n: &String| n.clone(),
+        )
+        .to("out", Produced::new());
+    let text = builder.build().unwrap().describe().to_string();
+    assert!(
+        text.ends_with(
+            "   Global store: products-store (topic: products; loaded in full by every instance, no tasks)\n"
+        ),
+        "{text}"
+    );
+}

@@ -19,8 +19,8 @@
 //! 2. Unmatched entries whose window has closed are emitted with no partner
 //!    (timestamp: their own) and removed — before any expiry, so their
 //!    records are still in the window stores.
-//! 3. The record is added to its side's window store, which then expires
-//!    what is older than the retention.
+//! 3. The record is added to its side's window store; both window stores
+//!    then expire what is older than the retention.
 //! 4. It joins every record of the other side with the same key in its
 //!    range; each result has timestamp `max(t, t_other)`. Matched entries of
 //!    the other side leave the shared store.
@@ -172,6 +172,7 @@ impl<K: Data, T: Data, O: Data, VR: Data> Processor<K, T, K, VR> for SideJoin<K,
         this.expire(st)?;
 
         let other = ctx.window_store::<K, Vec<O>>(&self.other_store)?;
+        other.expire(st)?;
         let matches = other.fetch_range(
             &r.key,
             t.saturating_sub(self.before),
