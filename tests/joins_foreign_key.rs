@@ -175,3 +175,21 @@ fn a_response_for_a_replaced_left_value_is_dropped() {
         "a response for the current value applies"
     );
 }
+
+#[test]
+fn subscriptions_survive_a_task_restart() {
+    let mut d = driver(false);
+    let (orders, customers) = (topic("orders"), topic("customers"));
+    let out = TestOutputTopic::new("out", StringSerde, OptionSerde::new(StringSerde));
+    d.pipe(&customers, s("c1"), Some(s("Ann")), 1).unwrap();
+    d.pipe(&orders, s("o1"), Some(s("c1:pen")), 2).unwrap();
+    d.pipe(&orders, s("o2"), Some(s("c1:cup")), 3).unwrap();
+    assert_eq!(d.read_key_values(&out).unwrap().len(), 2);
+    // Fresh stores, restored from the changelogs (subscription store included).
+    d.restart_tasks().unwrap();
+    d.pipe(&customers, s("c1"), Some(s("Anna")), 4).unwrap();
+    assert_eq!(
+        d.read_key_values(&out).unwrap(),
+        vec![r("o1", Some("c1:pen@Anna")), r("o2", Some("c1:cup@Anna"))]
+    );
+}
