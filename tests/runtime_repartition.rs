@@ -9,18 +9,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::counting::{Fixture, crash_run, output_counts};
+use common::counting::{Fixture, crash_run, output_counts, serial};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use weir::config::StreamsConfig;
 use weir::runtime::{AppState, KafkaStreams};
 use weir::topologies::events_by_type::{self, EVENTS_BY_TYPE};
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The true count per event type of the first `n` sample events, computed
 /// without Weir.

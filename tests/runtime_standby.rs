@@ -5,23 +5,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::counting::{Fixture, wait_for_output};
+use common::counting::{Fixture, wait_for_output, word_count_truth as true_counts};
 use weir::topologies::word_count;
-
-/// The true counts of the first `n` sample sentences.
-fn true_counts(n: u64) -> BTreeMap<String, i64> {
-    let mut counts = BTreeMap::new();
-    for i in 0..n {
-        let (_, line) = word_count::sample(i);
-        for word in String::from_utf8(line).unwrap().split_whitespace() {
-            *counts.entry(word.to_lowercase()).or_insert(0) += 1;
-        }
-    }
-    counts
-}
 
 /// `(restored, changelog_records)` of the restores in `log_lines`.
 fn restores(log_lines: &str) -> Vec<(u64, u64)> {

@@ -6,33 +6,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::counting::{Fixture, crash_run, tail, wait_for_output};
+use common::counting::{
+    Fixture, crash_run, serial, tail, wait_for_output, word_count_truth as true_counts,
+};
 use weir::topologies::word_count;
-
-/// These tests start several `weir` processes each; on a small CI machine
-/// they run one at a time so their timings stay meaningful.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The true counts of the first `n` sample sentences, computed without Weir.
-fn true_counts(n: u64) -> BTreeMap<String, i64> {
-    let mut counts = BTreeMap::new();
-    for i in 0..n {
-        let (_, line) = word_count::sample(i);
-        for word in String::from_utf8(line).unwrap().split_whitespace() {
-            *counts.entry(word.to_lowercase()).or_insert(0) += 1;
-        }
-    }
-    counts
-}
 
 #[test]
 fn three_instances_count_exactly_once() {

@@ -6,9 +6,29 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use weir::topologies::ShippedTopology;
+use weir::topologies::{ShippedTopology, word_count};
 
 use super::weir_app::WeirApp;
+
+/// Multi-process tests of one test binary run one at a time, so on a small
+/// CI machine their timings stay meaningful: hold this guard.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The true word counts of the first `n` `word-count` sample sentences,
+/// computed without Weir.
+pub fn word_count_truth(n: u64) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for i in 0..n {
+        let (_, line) = word_count::sample(i);
+        for word in String::from_utf8(line).unwrap().split_whitespace() {
+            *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
 
 /// The latest count per key in `topic` (read_committed; values are i64 big-endian).
 pub fn output_counts(topic: &str) -> BTreeMap<String, i64> {
