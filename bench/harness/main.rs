@@ -60,7 +60,7 @@ struct ReportArgs {
     /// Input rate of the latency phase (records/s).
     #[arg(long, env = "BENCH_LATENCY_RATE", default_value_t = 1_000)]
     latency_rate: u64,
-    #[arg(long, env = "BENCH_LATENCY_SECS", default_value_t = 8)]
+    #[arg(long, env = "BENCH_LATENCY_SECS", default_value_t = 6)]
     latency_secs: u64,
     /// Longest a throughput phase may take.
     #[arg(long, env = "BENCH_TIMEOUT_SECS", default_value_t = 300)]

@@ -260,12 +260,11 @@ fn spawn(
             c
         }
     };
-    Ok(cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()
-        .with_context(|| format!("starting {}", system.label()))?)
+        .with_context(|| format!("starting {}", system.label()))
 }
 
 struct RunArgs {
