@@ -203,7 +203,8 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     writeln!(
         w,
         "Throughput: input records / (complete output visible to a `read_committed` reader − \
-         first output record visible). Latency: output visible − its input's timestamp, at the \
+         start of the input load; the system is already running, with every partition \
+         assigned, and the load runs concurrently). Latency: output visible − its input's timestamp, at the \
          fixed rate above. Peak RSS: `VmHWM` of the process. CPU: utime + stime of the process \
          during the throughput phase, per million input records. Ratios are \
          throughput / p99 / peak RSS / CPU of the row divided by the peer's (Kafka Streams with \

@@ -1,16 +1,20 @@
 //! One measured run: one system, one workload, one guarantee.
 //!
-//! 1. Create a fresh input and output topic and load the input.
+//! 1. Create a fresh input and output topic; write one warm-up record to
+//!    each input partition.
 //! 2. Start the system as a child process and read the output topic
-//!    (`read_committed`) until the complete expected output is there.
-//!    Throughput = input records / (time the complete output was visible −
-//!    time the first output record was visible); CPU time is the child's
-//!    utime + stime over the same span.
-//! 3. Latency: produce at a fixed rate with the wall clock as record
+//!    (`read_committed`) until the warm-up record of every partition came
+//!    out (all partitions assigned, tasks running), then 1 s more.
+//! 3. Throughput: write the input (serialized beforehand) as fast as the
+//!    producer goes, concurrently, and read until the complete expected
+//!    output is visible. Throughput = input records / (that moment − the
+//!    start of the load); CPU time is the child's utime + stime over the same
+//!    span.
+//! 4. Latency: produce at a fixed rate with the wall clock as record
 //!    timestamp; every output record carries its input's timestamp (all three
 //!    systems propagate it), so latency = when the output became visible to a
 //!    `read_committed` reader − its timestamp.
-//! 4. Peak RSS (`VmHWM`), stop the child (SIGTERM, then SIGKILL), delete the
+//! 5. Peak RSS (`VmHWM`), stop the child (SIGTERM, then SIGKILL), delete the
 //!    run's topics (internal ones too) and state.
 
 use std::collections::HashMap;
@@ -174,17 +178,51 @@ fn send(p: &BaseProducer, topic: &str, key: &[u8], value: &[u8], ts: i64) -> Res
     }
 }
 
-/// Writes the throughput-phase input.
-fn load(bootstrap: &str, topic: &str, input: &Input) -> Result<()> {
-    let p = producer(bootstrap, "20")?;
-    for i in 0..input.records {
-        let value = serde_json::to_vec(&input.event(i))?;
+/// Writes one warm-up record to each partition: when the output of all of
+/// them is visible, every input partition is assigned and being processed.
+fn warm_up(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Result<()> {
+    let p = producer(bootstrap, "0")?;
+    for partition in 0..partitions {
+        let key = Input::warm_key(partition);
+        let value = serde_json::to_vec(&input.warm_event(partition))?;
+        let record = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(&value[..])
+            .partition(partition)
+            .timestamp(input.base_ts);
+        p.send(record).map_err(|(e, _)| e)?;
+    }
+    p.flush(Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// The throughput-phase input, serialized up front so loading it is only sending.
+struct Prepared {
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+}
+
+fn prepare(input: &Input) -> Result<Prepared> {
+    Ok(Prepared {
+        keys: (0..input.records)
+            .map(|i| input.key(i).into_bytes())
+            .collect(),
+        values: (0..input.records)
+            .map(|i| serde_json::to_vec(&input.event(i)))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Writes the throughput-phase input as fast as the producer goes.
+fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Result<()> {
+    let p = producer(bootstrap, "10")?;
+    for i in 0..input.records as usize {
         send(
             &p,
             topic,
-            input.key(i).as_bytes(),
-            &value,
-            input.timestamp(i),
+            &prepared.keys[i],
+            &prepared.values[i],
+            input.timestamp(i as u64),
         )?;
         if i % 10_000 == 0 {
             p.poll(Duration::ZERO);
@@ -283,6 +321,8 @@ struct OutputReader {
     seen: u64,
     latest: HashMap<Vec<u8>, i64>,
     remaining: usize,
+    /// Warm-up keys seen in the output.
+    warm: std::collections::HashSet<Vec<u8>>,
 }
 
 impl OutputReader {
@@ -309,6 +349,7 @@ impl OutputReader {
             seen: 0,
             latest: HashMap::new(),
             remaining,
+            warm: Default::default(),
         })
     }
 
@@ -320,6 +361,17 @@ impl OutputReader {
             let m = m?;
             self.seen += 1;
             out.push(m.timestamp().to_millis().unwrap_or(0));
+            if let Some(k) = m.key()
+                && k.first() == Some(&b'w')
+            {
+                // The warm-up key, without a window suffix.
+                let end = k
+                    .iter()
+                    .position(|b| !b.is_ascii_alphanumeric())
+                    .unwrap_or(k.len());
+                let end = end.min(if k.len() > 8 { k.len() - 8 } else { k.len() });
+                self.warm.insert(k[..end].to_vec());
+            }
             if let Expected::Latest(exp) = &self.expected
                 && let (Some(k), Some(v)) = (m.key(), m.payload())
                 && let Some(&want) = exp.get(k)
@@ -426,8 +478,14 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         &[&args.input, &args.output],
         settings.partitions,
     )?;
-    load(&settings.bootstrap, &args.input, &input)?;
-    let expected = workload::expected(&args.workload, &input);
+    warm_up(
+        &settings.bootstrap,
+        &args.input,
+        &input,
+        settings.partitions,
+    )?;
+    let prepared = prepare(&input)?;
+    let expected = workload::expected(&args.workload, &input, settings.partitions);
     let mut reader = OutputReader::new(settings, &args.output, expected)?;
     std::fs::create_dir_all(settings.work_dir.join("logs"))?;
     let log = settings
@@ -438,10 +496,37 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
     let mut child = spawn(settings, system, args, &log)?;
     let pid = child.id();
     let result = (|| -> Result<()> {
-        // Throughput phase.
+        // Wait until the system outputs the warm-up record of every partition.
         let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
         let mut stamps = Vec::new();
-        let mut first: Option<(Instant, Duration)> = None;
+        while reader.warm.len() < settings.partitions as usize {
+            if Instant::now() > deadline {
+                bail!(
+                    "not ready after {} s: warm-up output of {} of {} partitions (log: {})",
+                    settings.timeout_secs,
+                    reader.warm.len(),
+                    settings.partitions,
+                    log.display()
+                );
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("exited early ({status}); log: {}", log.display());
+            }
+            reader.poll(Duration::from_millis(20), &mut stamps)?;
+        }
+        // Let a follow-up rebalance (several threads joining) settle.
+        std::thread::sleep(Duration::from_secs(1));
+
+        // Throughput phase: the clock starts when the input starts to arrive.
+        let t0 = Instant::now();
+        let cpu0 = procstat::cpu_time(pid, ticks).unwrap_or_default();
+        let loader = {
+            let bootstrap = settings.bootstrap.clone();
+            let topic = args.input.clone();
+            let input = input.clone();
+            std::thread::spawn(move || load(&bootstrap, &topic, &input, &prepared))
+        };
+        let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
         while !reader.complete() {
             if Instant::now() > deadline {
                 bail!(
@@ -455,16 +540,12 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
                 bail!("exited early ({status}); log: {}", log.display());
             }
             reader.poll(Duration::from_millis(20), &mut stamps)?;
-            if first.is_none() && !stamps.is_empty() {
-                first = Some((
-                    Instant::now(),
-                    procstat::cpu_time(pid, ticks).unwrap_or_default(),
-                ));
-            }
         }
         let end = Instant::now();
         let cpu_end = procstat::cpu_time(pid, ticks).unwrap_or_default();
-        let (t0, cpu0) = first.expect("complete output has a first record");
+        loader
+            .join()
+            .map_err(|_| anyhow::anyhow!("loader panicked"))??;
         o.seconds = (end - t0).as_secs_f64();
         o.throughput = settings.records as f64 / o.seconds.max(1e-3);
         o.cpu_s_per_m = (cpu_end - cpu0).as_secs_f64() / settings.records as f64 * 1e6;

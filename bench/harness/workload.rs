@@ -94,6 +94,19 @@ impl Input {
         e
     }
 
+    /// Key of the warm-up record written (before the input) to `partition`.
+    pub fn warm_key(partition: i32) -> String {
+        format!("w{partition}")
+    }
+
+    /// The warm-up record's value: passes the stateless filter.
+    pub fn warm_event(&self, partition: i32) -> Event {
+        let mut e = self.event(0);
+        e.user = Self::warm_key(partition);
+        e.amount = 0;
+        e
+    }
+
     pub fn timestamp(&self, i: u64) -> i64 {
         self.base_ts + (i as i128 * SPAN_MS as i128 / self.records.max(1) as i128) as i64
     }
@@ -107,24 +120,30 @@ pub enum Expected {
     Latest(HashMap<Vec<u8>, i64>),
 }
 
-/// The complete output of `workload` for `input`.
-pub fn expected(workload: &str, input: &Input) -> Expected {
+/// The complete output of `workload` for `input` after one warm-up record
+/// per partition (`partitions` of them, timestamp `input.base_ts`).
+pub fn expected(workload: &str, input: &Input, partitions: i32) -> Expected {
+    let warm = partitions as u64;
     match workload {
-        "passthrough" => Expected::Records(input.records),
+        "passthrough" => Expected::Records(warm + input.records),
         "stateless" => Expected::Records(
-            (0..input.records)
+            warm + (0..input.records)
                 .filter(|&i| keep(&input.event(i)))
                 .count() as u64,
         ),
         "count" => {
-            let mut m = HashMap::new();
+            let mut m: HashMap<Vec<u8>, i64> = (0..partitions)
+                .map(|p| (Input::warm_key(p).into_bytes(), 1))
+                .collect();
             for i in 0..input.records {
                 *m.entry(input.key(i).into_bytes()).or_insert(0) += 1;
             }
             Expected::Latest(m)
         }
         "window" => {
-            let mut m = HashMap::new();
+            let mut m: HashMap<Vec<u8>, i64> = (0..partitions)
+                .map(|p| (window_key(&Input::warm_key(p), input.base_ts), 1))
+                .collect();
             for i in 0..input.records {
                 *m.entry(window_key(&input.key(i), input.timestamp(i)))
                     .or_insert(0) += 1;
