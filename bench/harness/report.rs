@@ -233,7 +233,7 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
             if let Some(e) = &o.error {
                 writeln!(
                     w,
-                    "| {} | {} | failed: {} | | | | | | |",
+                    "| {} | {} | failed: {} | | | | | | | |",
                     o.workload,
                     o.system,
                     e.replace('|', "/")
@@ -242,7 +242,7 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
             }
             writeln!(
                 w,
-                "| {} | {} | {:.0} | {} | {} | {:.0} | {:.2} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {} | {:.0} | {:.2} | {} | {} | {:.1} ({:.1}) |",
                 o.workload,
                 o.system,
                 o.throughput,
@@ -252,6 +252,8 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
                 o.cpu_s_per_m,
                 ratios(o, peer_ks(all, o)),
                 ratios(o, find(all, o, "raw", 1)),
+                o.seconds,
+                o.load_seconds,
             )?;
         }
     }

@@ -99,6 +99,8 @@ pub struct Outcome {
     pub p99_ms: Option<f64>,
     pub latency_samples: usize,
     pub peak_rss_bytes: u64,
+    /// How long writing the input took (it runs concurrently with processing).
+    pub load_seconds: f64,
 }
 
 fn now_ms() -> i64 {
@@ -214,7 +216,8 @@ fn prepare(input: &Input) -> Result<Prepared> {
 }
 
 /// Writes the throughput-phase input as fast as the producer goes.
-fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Result<()> {
+fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Result<Duration> {
+    let started = Instant::now();
     let p = producer(bootstrap, "10")?;
     for i in 0..input.records as usize {
         send(
@@ -229,7 +232,7 @@ fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Res
         }
     }
     p.flush(Duration::from_secs(60))?;
-    Ok(())
+    Ok(started.elapsed())
 }
 
 fn spawn(
@@ -543,9 +546,10 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         }
         let end = Instant::now();
         let cpu_end = procstat::cpu_time(pid, ticks).unwrap_or_default();
-        loader
+        o.load_seconds = loader
             .join()
-            .map_err(|_| anyhow::anyhow!("loader panicked"))??;
+            .map_err(|_| anyhow::anyhow!("loader panicked"))??
+            .as_secs_f64();
         o.seconds = (end - t0).as_secs_f64();
         o.throughput = settings.records as f64 / o.seconds.max(1e-3);
         o.cpu_s_per_m = (cpu_end - cpu0).as_secs_f64() / settings.records as f64 * 1e6;
