@@ -134,6 +134,15 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     writeln!(w)?;
     writeln!(w, "| setting | value |")?;
     writeln!(w, "| --- | --- |")?;
+    writeln!(
+        w,
+        "| build | {} |",
+        match std::env::var("BENCH_BUILD").as_deref() {
+            Ok("dev-opt") =>
+                "dev profile, Weir at opt-level 3 without debug assertions, dependencies (librdkafka, RocksDB) at opt-level 2",
+            _ => "release",
+        }
+    )?;
     writeln!(w, "| input records per run | {} |", s.records)?;
     writeln!(w, "| distinct keys | {} |", s.keys)?;
     writeln!(w, "| value size (JSON) | {} bytes |", s.value_bytes)?;
