@@ -232,11 +232,11 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
         writeln!(w)?;
         writeln!(
             w,
-            "| workload | system | records/s | p50 ms | p99 ms | peak RSS MiB | CPU s / M records | vs Kafka Streams | vs raw loop |"
+            "| workload | system | records/s | p50 ms | p99 ms | peak RSS MiB | CPU s / M records | vs Kafka Streams | vs raw loop | run s (input written in s) |"
         )?;
         writeln!(
             w,
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"
         )?;
         for o in rows {
             if let Some(e) = &o.error {
@@ -324,7 +324,7 @@ fn targets(w: &mut String, all: &[Outcome]) -> Result<()> {
             } else if higher_better {
                 format!("missed: {:.0}% of the goal", r / goal * 100.0)
             } else {
-                format!("missed: {:.0}% over the goal", (r / goal - 1.0) * 100.0)
+                format!("missed: {:.1}% over the goal", (r / goal - 1.0) * 100.0)
             };
             writeln!(
                 w,
