@@ -158,8 +158,7 @@ impl Core {
             return Ok(());
         }
         let started = Instant::now();
-        self.producer
-            .flush(TXN_TIMEOUT)
+        super::collector::flush(&self.producer, TXN_TIMEOUT)
             .map_err(|e| self.classify("flushing the producer", e))?;
         if let Some(error) = self.events.take_error() {
             return Err(TxnError::Abort(StreamsError::kafka(

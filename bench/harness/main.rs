@@ -1,0 +1,297 @@
+//! `weir-bench`: Weir against Kafka Streams and a raw rdkafka loop on the
+//! local broker. `scripts/bench` builds everything and runs `weir-bench
+//! report`, which runs every workload × guarantee × system (each system as a
+//! child process: `weir-bench weir …`, `weir-bench raw …`, or the JVM of
+//! bench/kafka-streams) and regenerates BENCHMARKS.md and its chart.
+
+mod chart;
+mod procstat;
+mod raw;
+mod report;
+mod run;
+mod topologies;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use weir::config::{ProcessingGuarantee, StreamsConfig};
+use weir::runtime::{AppState, KafkaStreams};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks Weir against Kafka Streams and a raw rdkafka loop")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every workload on every system and write BENCHMARKS.md and the chart.
+    Report(ReportArgs),
+    /// Run one workload with Weir until SIGTERM (a child of `report`).
+    Weir(ChildArgs),
+    /// Run one workload as a raw rdkafka loop until SIGTERM (a child of `report`).
+    Raw(ChildArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
+    bootstrap: String,
+    /// Input records per run.
+    #[arg(long, env = "BENCH_RECORDS", default_value_t = 500_000)]
+    records: u64,
+    /// Distinct keys.
+    #[arg(long, env = "BENCH_KEYS", default_value_t = 10_000)]
+    keys: u64,
+    /// Bytes per JSON value.
+    #[arg(long, env = "BENCH_VALUE_BYTES", default_value_t = 200)]
+    value_bytes: usize,
+    #[arg(long, env = "BENCH_PARTITIONS", default_value_t = 4)]
+    partitions: i32,
+    /// Commit interval of every system, both guarantees.
+    #[arg(long, env = "BENCH_COMMIT_MS", default_value_t = 100)]
+    commit_ms: u64,
+    /// Input rate of the latency phase (records/s).
+    #[arg(long, env = "BENCH_LATENCY_RATE", default_value_t = 1_000)]
+    latency_rate: u64,
+    #[arg(long, env = "BENCH_LATENCY_SECS", default_value_t = 6)]
+    latency_secs: u64,
+    /// Longest a throughput phase may take.
+    #[arg(long, env = "BENCH_TIMEOUT_SECS", default_value_t = 300)]
+    timeout_secs: u64,
+    /// Systems: weir[:threads], raw, kstreams[:threads].
+    #[arg(
+        long,
+        env = "BENCH_SYSTEMS",
+        value_delimiter = ',',
+        default_value = "raw,weir:1,weir:2,kstreams:1,kstreams:2"
+    )]
+    systems: Vec<String>,
+    #[arg(
+        long,
+        env = "BENCH_WORKLOADS",
+        value_delimiter = ',',
+        default_value = "passthrough,stateless,count,window"
+    )]
+    workloads: Vec<String>,
+    #[arg(
+        long,
+        env = "BENCH_GUARANTEES",
+        value_delimiter = ',',
+        default_value = "at_least_once,exactly_once_v2"
+    )]
+    guarantees: Vec<String>,
+    /// The Maven project of the Kafka Streams side (built).
+    #[arg(long, default_value = "bench/kafka-streams")]
+    kstreams_dir: PathBuf,
+    /// JVM options for Kafka Streams (space-separated; empty: JVM defaults).
+    #[arg(long, env = "BENCH_JAVA_OPTS", default_value = "")]
+    java_opts: String,
+    /// Scratch directory: state, logs, results.json.
+    #[arg(long, default_value = "/tmp/weir-bench")]
+    work_dir: PathBuf,
+    /// The report to write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// The chart to write.
+    #[arg(long, default_value = "bench/throughput.png")]
+    chart: PathBuf,
+    /// The command line to print in the report.
+    #[arg(long, env = "BENCH_COMMAND", default_value = "scripts/bench")]
+    command: String,
+}
+
+#[derive(Args)]
+struct ChildArgs {
+    #[arg(long)]
+    workload: String,
+    #[arg(long)]
+    guarantee: String,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long)]
+    commit_ms: u64,
+    #[arg(long)]
+    input: String,
+    #[arg(long)]
+    output: String,
+    #[arg(long)]
+    app_id: String,
+    #[arg(long)]
+    bootstrap: String,
+    #[arg(long)]
+    state_dir: PathBuf,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Report(a) => report_cmd(a),
+        Cmd::Weir(a) => weir_cmd(a),
+        Cmd::Raw(a) => raw_cmd(a),
+    }
+}
+
+/// Sets the returned flag on SIGTERM or SIGINT.
+fn stop_on_signal() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        f.store(true, Ordering::SeqCst);
+    });
+    Ok(flag)
+}
+
+fn weir_cmd(a: ChildArgs) -> Result<()> {
+    weir::telemetry::init_logging();
+    let stop = stop_on_signal()?;
+    let mut config = StreamsConfig::new(&a.app_id, &a.bootstrap);
+    config.processing_guarantee = a
+        .guarantee
+        .parse::<ProcessingGuarantee>()
+        .map_err(anyhow::Error::msg)?;
+    config.num_stream_threads = a.threads;
+    config.commit_interval_ms = Some(a.commit_ms);
+    config.state_dir = a.state_dir.clone();
+    let topology = topologies::build(&a.workload, &a.input, &a.output)?;
+    let mut app = KafkaStreams::new(topology, config)?;
+    app.start()?;
+    while !stop.load(Ordering::SeqCst) {
+        if matches!(app.state(), AppState::Error | AppState::PendingError) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    app.close(Duration::from_secs(30));
+    if let Some(e) = app.error() {
+        bail!("weir failed: {e}");
+    }
+    Ok(())
+}
+
+fn raw_cmd(a: ChildArgs) -> Result<()> {
+    let stop = stop_on_signal()?;
+    raw::run(
+        &raw::RawArgs {
+            exactly_once: a.guarantee == "exactly_once_v2",
+            workload: a.workload,
+            commit_ms: a.commit_ms,
+            input: a.input,
+            output: a.output,
+            app_id: a.app_id,
+            bootstrap: a.bootstrap,
+        },
+        stop,
+    )
+}
+
+fn report_cmd(a: ReportArgs) -> Result<()> {
+    let systems = a
+        .systems
+        .iter()
+        .map(|s| run::System::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    for w in &a.workloads {
+        if !workload::WORKLOADS.contains(&w.as_str()) {
+            bail!("unknown workload {w}; use {:?}", workload::WORKLOADS);
+        }
+    }
+    for g in &a.guarantees {
+        if g != "at_least_once" && g != "exactly_once_v2" {
+            bail!("unknown guarantee {g}");
+        }
+    }
+    let settings = run::Settings {
+        bootstrap: a.bootstrap.clone(),
+        records: a.records,
+        keys: a.keys,
+        value_bytes: a.value_bytes,
+        partitions: a.partitions,
+        commit_ms: a.commit_ms,
+        latency_rate: a.latency_rate,
+        latency_secs: a.latency_secs,
+        timeout_secs: a.timeout_secs,
+        kstreams_dir: a.kstreams_dir.clone(),
+        java_opts: a.java_opts.split_whitespace().map(str::to_string).collect(),
+        work_dir: a.work_dir.clone(),
+    };
+    std::fs::create_dir_all(&a.work_dir).context("creating the work directory")?;
+    let started = std::time::Instant::now();
+    let load_before = procstat::load_average();
+    let mut outcomes = Vec::new();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let mut n = 0;
+    for workload in &a.workloads {
+        for guarantee in &a.guarantees {
+            // Systems side by side for each workload and guarantee.
+            for system in &systems {
+                n += 1;
+                let run_id = format!("{stamp}-{n}");
+                eprintln!(
+                    "weir-bench: [{n}] {workload} {guarantee} {} (load {})",
+                    system.label(),
+                    procstat::load_average()
+                );
+                let o = run::run(
+                    &settings,
+                    system,
+                    workload,
+                    guarantee == "exactly_once_v2",
+                    &run_id,
+                );
+                match &o.error {
+                    Some(e) => eprintln!("weir-bench:     FAILED: {e}"),
+                    None => eprintln!(
+                        "weir-bench:     {:.0} rec/s, p50 {:?} ms, p99 {:?} ms, rss {} MiB, {:.2} cpu-s/M",
+                        o.throughput,
+                        o.p50_ms,
+                        o.p99_ms,
+                        o.peak_rss_bytes >> 20,
+                        o.cpu_s_per_m
+                    ),
+                }
+                outcomes.push(o);
+            }
+        }
+    }
+    let load_after = procstat::load_average();
+    let ctx = report::Context {
+        settings: &settings,
+        systems: &systems,
+        command: &a.command,
+        load_before,
+        load_after,
+        elapsed: started.elapsed(),
+        chart: &a.chart,
+        out: &a.out,
+    };
+    report::write(&ctx, &outcomes)?;
+    chart::write(&a.chart, &outcomes)?;
+    eprintln!(
+        "weir-bench: wrote {} and {} in {:.0} s",
+        a.out.display(),
+        a.chart.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

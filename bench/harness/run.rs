@@ -1,0 +1,612 @@
+//! One measured run: one system, one workload, one guarantee.
+//!
+//! 1. Create a fresh input and output topic; write one warm-up record to
+//!    each input partition.
+//! 2. Start the system as a child process and read the output topic
+//!    (`read_committed`) until the warm-up record of every partition came
+//!    out (all partitions assigned, tasks running), then 1 s more.
+//! 3. Throughput: write the input (serialized beforehand) as fast as the
+//!    producer goes, concurrently, and read until the complete expected
+//!    output is visible. Throughput = input records / (that moment − the
+//!    start of the load); CPU time is the child's utime + stime over the same
+//!    span.
+//! 4. Latency: produce at a fixed rate with the wall clock as record
+//!    timestamp; every output record carries its input's timestamp (all three
+//!    systems propagate it), so latency = when the output became visible to a
+//!    `read_committed` reader − its timestamp.
+//! 5. Peak RSS (`VmHWM`), stop the child (SIGTERM, then SIGKILL), delete the
+//!    run's topics (internal ones too) and state.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use crate::procstat;
+use crate::workload::{self, Expected, Input};
+
+/// Settings shared by every run of a report.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub bootstrap: String,
+    pub records: u64,
+    pub keys: u64,
+    pub value_bytes: usize,
+    pub partitions: i32,
+    pub commit_ms: u64,
+    pub latency_rate: u64,
+    pub latency_secs: u64,
+    pub timeout_secs: u64,
+    pub kstreams_dir: PathBuf,
+    pub java_opts: Vec<String>,
+    pub work_dir: PathBuf,
+}
+
+/// A system under test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct System {
+    /// `weir`, `raw` or `kstreams`.
+    pub kind: String,
+    pub threads: usize,
+}
+
+impl System {
+    pub fn parse(s: &str) -> Result<Self> {
+        let (kind, threads) = match s.split_once(':') {
+            Some((k, t)) => (k, t.parse().context("thread count")?),
+            None => (s, 1),
+        };
+        if !["weir", "raw", "kstreams"].contains(&kind) {
+            bail!("unknown system {kind}; use weir[:threads], raw, kstreams[:threads]");
+        }
+        Ok(System {
+            kind: kind.to_string(),
+            threads,
+        })
+    }
+
+    pub fn label(&self) -> String {
+        match self.kind.as_str() {
+            "raw" => "raw rdkafka loop".to_string(),
+            "weir" => format!("Weir {}t", self.threads),
+            _ => format!("Kafka Streams {}t", self.threads),
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub workload: String,
+    pub guarantee: String,
+    pub system: String,
+    pub kind: String,
+    pub threads: usize,
+    pub error: Option<String>,
+    pub seconds: f64,
+    pub throughput: f64,
+    pub cpu_s_per_m: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub latency_samples: usize,
+    pub peak_rss_bytes: u64,
+    /// How long writing the input took (it runs concurrently with processing).
+    pub load_seconds: f64,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+fn create_topics(bootstrap: &str, names: &[&str], partitions: i32) -> Result<()> {
+    let admin = admin(bootstrap)?;
+    let topics: Vec<NewTopic<'_>> = names
+        .iter()
+        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    for r in block_on(admin.create_topics(&topics, &AdminOptions::new()))? {
+        r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Deletes every topic named `exact` or starting with `prefix`.
+pub fn delete_topics(bootstrap: &str, exact: &[&str], prefix: &str) -> Result<()> {
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let md = client.fetch_metadata(None, Duration::from_secs(10))?;
+    let names: Vec<String> = md
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|n| exact.contains(&n.as_str()) || n.starts_with(prefix))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let admin = admin(bootstrap)?;
+    let _ = block_on(admin.delete_topics(&refs, &AdminOptions::new()))?;
+    Ok(())
+}
+
+fn producer(bootstrap: &str, linger_ms: &str) -> Result<BaseProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", linger_ms)
+        .set("queue.buffering.max.messages", "200000")
+        .create()?)
+}
+
+fn send(p: &BaseProducer, topic: &str, key: &[u8], value: &[u8], ts: i64) -> Result<()> {
+    let mut record = BaseRecord::to(topic).key(key).payload(value).timestamp(ts);
+    loop {
+        match p.send(record) {
+            Ok(()) => return Ok(()),
+            Err((rdkafka::error::KafkaError::MessageProduction(_), back)) => {
+                record = back;
+                p.poll(Duration::from_millis(5));
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
+}
+
+/// Writes one warm-up record to each partition: when the output of all of
+/// them is visible, every input partition is assigned and being processed.
+fn warm_up(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Result<()> {
+    let p = producer(bootstrap, "0")?;
+    for partition in 0..partitions {
+        let key = Input::warm_key(partition);
+        let value = serde_json::to_vec(&input.warm_event(partition))?;
+        let record = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(&value[..])
+            .partition(partition)
+            .timestamp(input.base_ts);
+        p.send(record).map_err(|(e, _)| e)?;
+    }
+    p.flush(Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// The throughput-phase input, serialized up front so loading it is only sending.
+struct Prepared {
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+}
+
+fn prepare(input: &Input) -> Result<Prepared> {
+    Ok(Prepared {
+        keys: (0..input.records)
+            .map(|i| input.key(i).into_bytes())
+            .collect(),
+        values: (0..input.records)
+            .map(|i| serde_json::to_vec(&input.event(i)))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Writes the throughput-phase input as fast as the producer goes.
+fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Result<Duration> {
+    let started = Instant::now();
+    let p = producer(bootstrap, "10")?;
+    for i in 0..input.records as usize {
+        send(
+            &p,
+            topic,
+            &prepared.keys[i],
+            &prepared.values[i],
+            input.timestamp(i as u64),
+        )?;
+        if i % 10_000 == 0 {
+            p.poll(Duration::ZERO);
+        }
+    }
+    p.flush(Duration::from_secs(60))?;
+    Ok(started.elapsed())
+}
+
+fn spawn(
+    settings: &Settings,
+    system: &System,
+    args: &RunArgs,
+    log: &std::path::Path,
+) -> Result<Child> {
+    let out = std::fs::File::create(log)?;
+    let err = out.try_clone()?;
+    let guarantee = if args.exactly_once {
+        "exactly_once_v2"
+    } else {
+        "at_least_once"
+    };
+    let mut cmd = match system.kind.as_str() {
+        "kstreams" => {
+            let dir = &settings.kstreams_dir;
+            let mut c = Command::new("java");
+            c.args(&settings.java_opts)
+                .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+                .arg("-cp")
+                .arg(format!(
+                    "{}:{}/*",
+                    dir.join("target/classes").display(),
+                    dir.join("target/lib").display()
+                ))
+                .arg("dev.weir.bench.BenchStreams");
+            for (k, v) in [
+                ("workload", args.workload.clone()),
+                ("guarantee", guarantee.to_string()),
+                ("threads", system.threads.to_string()),
+                ("commit_ms", settings.commit_ms.to_string()),
+                ("input", args.input.clone()),
+                ("output", args.output.clone()),
+                ("app_id", args.app_id.clone()),
+                ("bootstrap", settings.bootstrap.clone()),
+                ("state_dir", args.state_dir.display().to_string()),
+            ] {
+                c.arg(format!("{k}={v}"));
+            }
+            c
+        }
+        kind => {
+            let mut c = Command::new(std::env::current_exe()?);
+            c.arg(kind)
+                .arg("--workload")
+                .arg(&args.workload)
+                .arg("--guarantee")
+                .arg(guarantee)
+                .arg("--threads")
+                .arg(system.threads.to_string())
+                .arg("--commit-ms")
+                .arg(settings.commit_ms.to_string())
+                .arg("--input")
+                .arg(&args.input)
+                .arg("--output")
+                .arg(&args.output)
+                .arg("--app-id")
+                .arg(&args.app_id)
+                .arg("--bootstrap")
+                .arg(&settings.bootstrap)
+                .arg("--state-dir")
+                .arg(&args.state_dir);
+            c.env("WEIR_LOG", "warn");
+            c
+        }
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", system.label()))
+}
+
+struct RunArgs {
+    workload: String,
+    exactly_once: bool,
+    input: String,
+    output: String,
+    app_id: String,
+    state_dir: PathBuf,
+}
+
+/// Reads the output topic and knows when it is complete.
+struct OutputReader {
+    consumer: BaseConsumer,
+    expected: Expected,
+    seen: u64,
+    latest: HashMap<Vec<u8>, i64>,
+    remaining: usize,
+    /// Warm-up keys seen in the output.
+    warm: std::collections::HashSet<Vec<u8>>,
+}
+
+impl OutputReader {
+    fn new(settings: &Settings, topic: &str, expected: Expected) -> Result<Self> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &settings.bootstrap)
+            .set("group.id", format!("{topic}-reader"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "10")
+            .create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..settings.partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+        consumer.assign(&tpl)?;
+        let remaining = match &expected {
+            Expected::Records(_) => 0,
+            Expected::Latest(m) => m.len(),
+        };
+        Ok(Self {
+            consumer,
+            expected,
+            seen: 0,
+            latest: HashMap::new(),
+            remaining,
+            warm: Default::default(),
+        })
+    }
+
+    /// Polls once; returns the (timestamp) of each output record read.
+    fn poll(&mut self, timeout: Duration, out: &mut Vec<i64>) -> Result<()> {
+        out.clear();
+        let mut next = self.consumer.poll(timeout);
+        while let Some(m) = next {
+            let m = m?;
+            self.seen += 1;
+            out.push(m.timestamp().to_millis().unwrap_or(0));
+            if let Some(k) = m.key()
+                && k.first() == Some(&b'w')
+            {
+                // The warm-up key, without a window suffix.
+                let end = k
+                    .iter()
+                    .position(|b| !b.is_ascii_alphanumeric())
+                    .unwrap_or(k.len());
+                let end = end.min(if k.len() > 8 { k.len() - 8 } else { k.len() });
+                self.warm.insert(k[..end].to_vec());
+            }
+            if let Expected::Latest(exp) = &self.expected
+                && let (Some(k), Some(v)) = (m.key(), m.payload())
+                && let Some(&want) = exp.get(k)
+                && let Ok(b) = <[u8; 8]>::try_from(v)
+            {
+                let v = i64::from_be_bytes(b);
+                let was_ok = self.latest.get(k) == Some(&want);
+                self.latest.insert(k.to_vec(), v);
+                match (was_ok, v == want) {
+                    (false, true) => self.remaining -= 1,
+                    (true, false) => self.remaining += 1,
+                    _ => {}
+                }
+            }
+            next = self.consumer.poll(Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    fn complete(&self) -> bool {
+        match &self.expected {
+            Expected::Records(n) => self.seen >= *n,
+            Expected::Latest(_) => self.remaining == 0,
+        }
+    }
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn percentile(sorted: &[i64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    Some(sorted[idx] as f64)
+}
+
+/// Runs `system` on `workload` under one guarantee.
+pub fn run(
+    settings: &Settings,
+    system: &System,
+    workload: &str,
+    exactly_once: bool,
+    run_id: &str,
+) -> Outcome {
+    let guarantee = if exactly_once {
+        "exactly_once_v2"
+    } else {
+        "at_least_once"
+    };
+    let mut outcome = Outcome {
+        workload: workload.to_string(),
+        guarantee: guarantee.to_string(),
+        system: system.label(),
+        kind: system.kind.clone(),
+        threads: system.threads,
+        ..Default::default()
+    };
+    let app_id = format!("bench-{run_id}");
+    let args = RunArgs {
+        workload: workload.to_string(),
+        exactly_once,
+        input: format!("{app_id}-in"),
+        output: format!("{app_id}-out"),
+        state_dir: settings.work_dir.join("state").join(&app_id),
+        app_id,
+    };
+    let result = measure(settings, system, &args, &mut outcome);
+    if let Err(e) = result {
+        outcome.error = Some(format!("{e:#}"));
+    }
+    let _ = delete_topics(
+        &settings.bootstrap,
+        &[&args.input, &args.output],
+        &format!("{}-", args.app_id),
+    );
+    let _ = std::fs::remove_dir_all(&args.state_dir);
+    outcome
+}
+
+fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome) -> Result<()> {
+    let input = Input {
+        records: settings.records,
+        keys: settings.keys,
+        value_bytes: settings.value_bytes,
+        base_ts: workload::window_start(now_ms() - 3_600_000),
+    };
+    create_topics(
+        &settings.bootstrap,
+        &[&args.input, &args.output],
+        settings.partitions,
+    )?;
+    warm_up(
+        &settings.bootstrap,
+        &args.input,
+        &input,
+        settings.partitions,
+    )?;
+    let prepared = prepare(&input)?;
+    let expected = workload::expected(&args.workload, &input, settings.partitions);
+    let mut reader = OutputReader::new(settings, &args.output, expected)?;
+    std::fs::create_dir_all(settings.work_dir.join("logs"))?;
+    let log = settings
+        .work_dir
+        .join("logs")
+        .join(format!("{}.log", args.app_id));
+    let ticks = procstat::clock_ticks();
+    let mut child = spawn(settings, system, args, &log)?;
+    let pid = child.id();
+    let result = (|| -> Result<()> {
+        // Wait until the system outputs the warm-up record of every partition.
+        let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
+        let mut stamps = Vec::new();
+        while reader.warm.len() < settings.partitions as usize {
+            if Instant::now() > deadline {
+                bail!(
+                    "not ready after {} s: warm-up output of {} of {} partitions (log: {})",
+                    settings.timeout_secs,
+                    reader.warm.len(),
+                    settings.partitions,
+                    log.display()
+                );
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("exited early ({status}); log: {}", log.display());
+            }
+            reader.poll(Duration::from_millis(20), &mut stamps)?;
+        }
+        // Let a follow-up rebalance (several threads joining) settle.
+        std::thread::sleep(Duration::from_secs(1));
+
+        // Throughput phase: the clock starts when the input starts to arrive.
+        let t0 = Instant::now();
+        let cpu0 = procstat::cpu_time(pid, ticks).unwrap_or_default();
+        let loader = {
+            let bootstrap = settings.bootstrap.clone();
+            let topic = args.input.clone();
+            let input = input.clone();
+            std::thread::spawn(move || load(&bootstrap, &topic, &input, &prepared))
+        };
+        let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
+        while !reader.complete() {
+            if Instant::now() > deadline {
+                bail!(
+                    "timed out after {} s with {} output records read (log: {})",
+                    settings.timeout_secs,
+                    reader.seen,
+                    log.display()
+                );
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("exited early ({status}); log: {}", log.display());
+            }
+            reader.poll(Duration::from_millis(20), &mut stamps)?;
+        }
+        let end = Instant::now();
+        let cpu_end = procstat::cpu_time(pid, ticks).unwrap_or_default();
+        o.load_seconds = loader
+            .join()
+            .map_err(|_| anyhow::anyhow!("loader panicked"))??
+            .as_secs_f64();
+        o.seconds = (end - t0).as_secs_f64();
+        o.throughput = settings.records as f64 / o.seconds.max(1e-3);
+        o.cpu_s_per_m = (cpu_end - cpu0).as_secs_f64() / settings.records as f64 * 1e6;
+
+        // Latency phase.
+        let stop_flag = Arc::new(AtomicBool::new(false));
+        let phase_start = now_ms();
+        let feeder = {
+            let bootstrap = settings.bootstrap.clone();
+            let topic = args.input.clone();
+            let rate = settings.latency_rate;
+            let secs = settings.latency_secs;
+            let input = input.clone();
+            let stop_flag = stop_flag.clone();
+            std::thread::spawn(move || -> Result<()> {
+                let p = producer(&bootstrap, "0")?;
+                let started = Instant::now();
+                let total = rate * secs;
+                let mut sent = 0u64;
+                while sent < total && !stop_flag.load(Ordering::Relaxed) {
+                    let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                    while sent < due.min(total) {
+                        let i = input.records + sent;
+                        let value = serde_json::to_vec(&input.event(i))?;
+                        send(&p, &topic, input.key(i).as_bytes(), &value, now_ms())?;
+                        sent += 1;
+                    }
+                    p.poll(Duration::from_millis(1));
+                }
+                p.flush(Duration::from_secs(30))?;
+                Ok(())
+            })
+        };
+        let tail = Duration::from_millis(2_000 + 2 * settings.commit_ms);
+        let phase_end = Instant::now() + Duration::from_secs(settings.latency_secs) + tail;
+        let mut latencies = Vec::new();
+        while Instant::now() < phase_end {
+            reader.poll(Duration::from_millis(5), &mut stamps)?;
+            let now = now_ms();
+            latencies.extend(
+                stamps
+                    .iter()
+                    .filter(|&&ts| ts >= phase_start)
+                    .map(|ts| now - ts),
+            );
+        }
+        stop_flag.store(true, Ordering::Relaxed);
+        feeder
+            .join()
+            .map_err(|_| anyhow::anyhow!("latency feeder panicked"))??;
+        latencies.sort_unstable();
+        o.latency_samples = latencies.len();
+        o.p50_ms = percentile(&latencies, 0.50);
+        o.p99_ms = percentile(&latencies, 0.99);
+        o.peak_rss_bytes = procstat::peak_rss(pid).unwrap_or(0);
+        Ok(())
+    })();
+    stop(&mut child);
+    result
+}
