@@ -115,11 +115,7 @@ fn task(workload: &str, rocks: Option<(&std::path::Path, &RocksDbMemory)>) -> Ta
         subtopology: 0,
         partition: 0,
     };
-    let config = TaskConfig {
-        application_id: "bench".into(),
-        deserialization_handler: Default::default(),
-        processing_handler: Default::default(),
-    };
+    let config = TaskConfig::new("bench");
     let mut provider = Provider { rocks };
     let mut t = TaskInstance::new(topology, id, config, &mut provider).unwrap();
     t.initialize(0, &mut CountingCollector::default()).unwrap();
