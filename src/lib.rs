@@ -12,6 +12,8 @@
 pub mod config;
 pub mod driver;
 pub mod handler;
+pub mod http;
+pub mod metrics;
 pub mod processor;
 pub mod runtime;
 pub mod serdes;

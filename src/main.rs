@@ -207,6 +207,7 @@ fn settings(
     let mut pairs: BTreeMap<String, String> = BTreeMap::new();
     pairs.insert("application_id".into(), format!("weir-{topology}"));
     pairs.insert("bootstrap_servers".into(), "127.0.0.1:9092".into());
+    pairs.insert("http_bind".into(), "127.0.0.1:9190".into());
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
@@ -264,6 +265,9 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 
 fn run_until_signal(app: &mut KafkaStreams) -> Result<ExitCode> {
     app.start()?;
+    if let Some(addr) = app.http_addr() {
+        eprintln!("weir: metrics at http://{addr}/metrics (health: /health/ready, topology: /topology)");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

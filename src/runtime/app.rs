@@ -9,6 +9,8 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
 use crate::config::StreamsConfig;
+use crate::http::{Endpoints, HttpServer};
+use crate::metrics::Metrics;
 use crate::processor::TaskConfig;
 use crate::topology::Topology;
 
@@ -26,6 +28,8 @@ pub struct KafkaStreams {
     threads: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<Arc<StreamsError>>>>,
     state_dir: Option<Arc<InstanceState>>,
+    metrics: Arc<Metrics>,
+    http: Option<HttpServer>,
 }
 
 impl KafkaStreams {
@@ -35,13 +39,15 @@ impl KafkaStreams {
         let task_config = config.task_config();
         Ok(KafkaStreams {
             topology: Arc::new(topology),
-            config,
             task_config,
             state: StateCell::new(),
             shutdown: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
             error: Arc::new(Mutex::new(None)),
             state_dir: None,
+            metrics: Arc::new(Metrics::new(&config.application_id)),
+            http: None,
+            config,
         })
     }
 
@@ -52,6 +58,11 @@ impl KafkaStreams {
     ) {
         let listener: StateListener = Box::new(listener);
         self.state.add_listener(listener);
+    }
+
+    /// This instance's metrics (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The current state.
@@ -96,7 +107,21 @@ impl KafkaStreams {
             &admin, &metadata, &layout, &existing,
         ))?;
 
-        let state_dir = Arc::new(InstanceState::open(config)?);
+        if let Some(bind) = config.http_bind {
+            let description = self.topology.describe();
+            let endpoints = Endpoints {
+                metrics: self.metrics.clone(),
+                state: self.state.clone(),
+                topology_text: description.to_string(),
+                topology_mermaid: description.to_mermaid(),
+            };
+            let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {
+                context: "starting the HTTP server (http_bind)",
+                source,
+            })?;
+            self.http = Some(server);
+        }
+        let state_dir = Arc::new(InstanceState::open(config, self.metrics.clone())?);
         let process_id = state_dir.process_id().to_string();
         self.state_dir = Some(state_dir.clone());
         let env = Arc::new(ThreadEnv {
@@ -108,6 +133,7 @@ impl KafkaStreams {
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),
             rebalancing: Arc::new(AtomicUsize::new(0)),
+            metrics: self.metrics.clone(),
         });
         self.state.transition(AppState::Rebalancing);
         let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));
@@ -163,7 +189,14 @@ impl KafkaStreams {
             self.state.transition(AppState::NotRunning);
         }
         self.state_dir = None;
+        self.http = None;
         true
+    }
+
+    /// The address the HTTP server ([`crate::http`]) listens on, once
+    /// started; `None` when `http_bind` is off.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(HttpServer::addr)
     }
 }
 
