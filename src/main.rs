@@ -266,7 +266,9 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 fn run_until_signal(app: &mut KafkaStreams) -> Result<ExitCode> {
     app.start()?;
     if let Some(addr) = app.http_addr() {
-        eprintln!("weir: metrics at http://{addr}/metrics (health: /health/ready, topology: /topology)");
+        eprintln!(
+            "weir: metrics at http://{addr}/metrics (health: /health/ready, topology: /topology)"
+        );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

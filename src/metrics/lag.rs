@@ -102,7 +102,11 @@ mod tests {
     fn lag_is_last_stable_offset_minus_position() {
         assert_eq!(partition_lag(&partition(40, -1001, 90)), Some(50));
         assert_eq!(partition_lag(&partition(-1001, 10, 90)), Some(80));
-        assert_eq!(partition_lag(&partition(-1001, -1001, 90)), None, "no position");
+        assert_eq!(
+            partition_lag(&partition(-1001, -1001, 90)),
+            None,
+            "no position"
+        );
         assert_eq!(partition_lag(&partition(95, -1001, -1)), Some(5));
         let revoked = Partition {
             desired: false,

@@ -18,10 +18,10 @@
 //! | `weir_rebalances_total` | counter | `thread` | rebalances this thread took part in |
 //! | `weir_rebalance_duration_seconds` | histogram | `thread` | from revocation (or join) to the end of restoring the new tasks |
 //! | `weir_task_processed_records_total` | counter | `task` | input records processed by the task |
-//! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp |
+//! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
 //! | `weir_task_busy_ratio` | gauge | `task` | time processing ÷ wall time over the last window of ≥ 1 s |
-//! | `weir_store_puts_total` | counter | `task`, `store` | key-value writes and deletes |
+//! | `weir_store_puts_total` | counter | `task`, `store` | key-value writes and deletes (restored records included) |
 //! | `weir_store_gets_total` | counter | `task`, `store` | key-value reads |
 //! | `weir_store_entries` | gauge | `task`, `store` | approximate number of entries, refreshed at each commit |
 //! | `weir_restore_restored_records_total` | counter | `task`, `store` | changelog records applied while restoring |
@@ -130,9 +130,8 @@ impl Metrics {
             family
         };
         let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
-            let family =
-                HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
-                    .expect("valid histogram");
+            let family = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+                .expect("valid histogram");
             register(Box::new(family.clone()), true);
             family
         };

@@ -112,8 +112,12 @@ mod tests {
         let mut meter = RestoreMeter::start(metrics.clone(), "0_1".into());
         assert_eq!(metrics.restoring_tasks(), 1);
         meter.store_started("counts", 2500);
-        let remaining = metrics.restore_remaining.with_label_values(&["0_1", "counts"]);
-        let restored = metrics.restore_restored.with_label_values(&["0_1", "counts"]);
+        let remaining = metrics
+            .restore_remaining
+            .with_label_values(&["0_1", "counts"]);
+        let restored = metrics
+            .restore_restored
+            .with_label_values(&["0_1", "counts"]);
         for _ in 0..1500 {
             meter.record();
         }

@@ -4,7 +4,10 @@
 //! above the record cache, so the counts are the processors' calls). Handles
 //! are resolved when the store opens; a call costs one uncontended atomic
 //! add. The approximate entry count is refreshed at each commit. Closing the
-//! store removes its series. Window and session stores are not metered yet.
+//! store removes its series. Restoring a store writes through `put`, so
+//! `weir_store_puts_total` includes the restored records (also counted in
+//! `weir_restore_restored_records_total`). Window and session stores are not
+//! metered yet.
 
 use std::ops::Bound;
 use std::sync::Arc;

@@ -124,7 +124,10 @@ impl ThreadMeter {
             late: dropped("late"),
             deserialization: dropped("deserialization_error"),
             processing: dropped("processing_error"),
-            e2e: m.task_e2e_seconds.with_label_values(&[label.as_str()]).local(),
+            e2e: m
+                .task_e2e_seconds
+                .with_label_values(&[label.as_str()])
+                .local(),
             busy_ratio: m.task_busy_ratio.with_label_values(&[label.as_str()]),
             busy: Duration::ZERO,
             seen: TaskMetrics::default(),
@@ -175,7 +178,9 @@ impl ThreadMeter {
             let p = delta(counters.processed, seen.processed);
             meter.processed.inc_by(p);
             processed += p;
-            meter.late.inc_by(delta(counters.late_dropped, seen.late_dropped));
+            meter
+                .late
+                .inc_by(delta(counters.late_dropped, seen.late_dropped));
             meter.deserialization.inc_by(delta(
                 counters.skipped_deserialization,
                 seen.skipped_deserialization,

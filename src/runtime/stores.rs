@@ -154,6 +154,10 @@ impl StoreProvider for TaskStoreProvider {
             &self.state.memory,
         )?;
         let metrics = self.state.metrics.clone();
-        Ok(Box::new(MeteredKeyValueStore::new(store, metrics, &task.to_string())))
+        Ok(Box::new(MeteredKeyValueStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 }
