@@ -15,6 +15,7 @@ pub mod handler;
 pub mod http;
 pub mod metrics;
 pub mod processor;
+pub mod reset;
 pub mod runtime;
 pub mod serdes;
 pub mod state;
