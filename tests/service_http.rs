@@ -438,6 +438,8 @@ fn ready_after_restore_and_every_metric_family_is_exported() {
         processed + UNDECODABLE as f64
     );
     assert!(v("weir_store_entries", &[("store", "counts")]) >= prefilled);
+    // The windowed count wrote its on-time record (window stores are metered too).
+    assert!(v("weir_store_puts_total", &[("store", "per-second")]) >= 1.0);
     assert!(max_busy <= 1.0, "busy ratio {max_busy}");
     for partition in 0..PARTITIONS {
         let p = partition.to_string();

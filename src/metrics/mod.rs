@@ -21,8 +21,8 @@
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
 //! | `weir_task_busy_ratio` | gauge | `task` | time processing ÷ wall time over the last window of ≥ 1 s |
-//! | `weir_store_puts_total` | counter | `task`, `store` | key-value writes and deletes (restored records included) |
-//! | `weir_store_gets_total` | counter | `task`, `store` | key-value reads |
+//! | `weir_store_puts_total` | counter | `task`, `store` | writes and deletes of key-value, window and session stores (restored records included) |
+//! | `weir_store_gets_total` | counter | `task`, `store` | reads: point gets, window fetches, session lookups (one per call) |
 //! | `weir_store_entries` | gauge | `task`, `store` | approximate number of entries, refreshed at each commit |
 //! | `weir_restore_restored_records_total` | counter | `task`, `store` | changelog records applied while restoring |
 //! | `weir_restore_remaining_records` | gauge | `task`, `store` | changelog records still to restore |
@@ -33,7 +33,7 @@
 //! # Invariants
 //!
 //! * Label values are resolved into handles once per thread, task or store
-//!   ([`ThreadMeter`], [`store::MeteredKeyValueStore`]); the per-record path
+//!   ([`ThreadMeter`], the stores in [`store`]); the per-record path
 //!   never looks up a label.
 //! * The per-record path touches only thread-local state (a timestamp pushed
 //!   to a reused buffer); shared metrics are updated once per batch
@@ -206,12 +206,12 @@ impl Metrics {
             ),
             store_puts: counter(
                 "weir_store_puts_total",
-                "Key-value store writes and deletes.",
+                "Store writes and deletes (key-value, window, session; restored records included).",
                 &["task", "store"],
             ),
             store_gets: counter(
                 "weir_store_gets_total",
-                "Key-value store reads.",
+                "Store reads: point gets, window fetches, session lookups (one per call).",
                 &["task", "store"],
             ),
             store_entries: gauge(

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::StreamsConfig;
 use crate::metrics::Metrics;
-use crate::metrics::store::MeteredKeyValueStore;
+use crate::metrics::store::{MeteredKeyValueStore, MeteredSessionStore, MeteredWindowStore};
 use crate::processor::{StoreProvider, StoreSpec, TaskId};
 use crate::state::{
     KeyValueStore, RocksDbMemory, SessionStore, StateConfig, StateDirectory, StoreError,
@@ -115,14 +115,20 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn WindowStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        open_window_store(
+        let store = open_window_store(
             self.state.state_config.default_backend,
             &self.store_dir(task, spec)?,
             spec.name,
             &self.state.memory,
             retention_ms,
             segment_ms,
-        )
+        )?;
+        let metrics = self.state.metrics.clone();
+        Ok(Box::new(MeteredWindowStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 
     fn session_store(
@@ -131,14 +137,20 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn SessionStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        open_session_store(
+        let store = open_session_store(
             self.state.state_config.default_backend,
             &self.store_dir(task, spec)?,
             spec.name,
             &self.state.memory,
             retention_ms,
             segment_ms,
-        )
+        )?;
+        let metrics = self.state.metrics.clone();
+        Ok(Box::new(MeteredSessionStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 
     fn key_value_store(
