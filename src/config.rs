@@ -91,6 +91,9 @@ pub struct StreamsConfig {
     pub bootstrap_servers: String,
     /// Stream threads in this instance. Default 1.
     pub num_stream_threads: usize,
+    /// Warm copies kept of each stateful task on other instances (standby
+    /// replicas). Default 0.
+    pub num_standby_replicas: usize,
     /// At-least-once (default, as Kafka Streams) or exactly-once v2.
     pub processing_guarantee: ProcessingGuarantee,
     /// How often tasks commit. Default: 100 ms under exactly-once, 30 s
@@ -107,6 +110,13 @@ pub struct StreamsConfig {
     pub cache_max_bytes: u64,
     /// Records buffered per input partition before it is paused. Default 1000.
     pub buffered_records_per_partition: usize,
+    /// How long a task with several input partitions waits for an empty one
+    /// before processing the others out of timestamp order, in
+    /// milliseconds. Default 0: never wait.
+    pub max_task_idle_ms: u64,
+    /// How often consumed records of repartition topics are deleted (up to
+    /// the committed offsets), in milliseconds. Default 30 000.
+    pub repartition_purge_interval_ms: u64,
     /// Longest time a poll waits for records, in milliseconds. Default 100.
     pub poll_ms: u64,
     /// What to do with records that cannot be deserialized or carry an
@@ -147,12 +157,15 @@ impl StreamsConfig {
             application_id: application_id.into(),
             bootstrap_servers: bootstrap_servers.into(),
             num_stream_threads: 1,
+            num_standby_replicas: 0,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
             commit_interval_ms: None,
             state_dir: PathBuf::from("/tmp/weir"),
             state_memory_budget_bytes: 128 << 20,
             cache_max_bytes: 10 << 20,
             buffered_records_per_partition: 1000,
+            max_task_idle_ms: 0,
+            repartition_purge_interval_ms: 30_000,
             poll_ms: 100,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
@@ -219,6 +232,7 @@ impl StreamsConfig {
             "application_id" => self.application_id = value.to_string(),
             "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
+            "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
             "processing_guarantee" => {
                 self.processing_guarantee = value.parse().map_err(|m| ConfigError::new(key, m))?
             }
@@ -228,6 +242,10 @@ impl StreamsConfig {
             "cache_max_bytes" => self.cache_max_bytes = parse(key, value)?,
             "buffered_records_per_partition" => {
                 self.buffered_records_per_partition = parse(key, value)?
+            }
+            "max_task_idle_ms" => self.max_task_idle_ms = parse(key, value)?,
+            "repartition_purge_interval_ms" => {
+                self.repartition_purge_interval_ms = parse(key, value)?
             }
             "poll_ms" => self.poll_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
@@ -247,9 +265,9 @@ impl StreamsConfig {
                 return Err(ConfigError::new(
                     key,
                     "unknown key; Weir keys are application_id, bootstrap_servers, \
-                     num_stream_threads, processing_guarantee, commit_interval_ms, state_dir, \
+                     num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
+                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
                      topology parameters a topology. prefix",
                 ));
             }

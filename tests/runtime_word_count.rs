@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::weir_app::WeirApp;
+use common::counting::{Fixture, crash_run, tail, wait_for_output};
 use weir::topologies::word_count;
 
 /// These tests start several `weir` processes each; on a small CI machine
@@ -34,123 +34,10 @@ fn true_counts(n: u64) -> BTreeMap<String, i64> {
     counts
 }
 
-/// The latest count per word in `topic` (read_committed).
-fn output_counts(topic: &str) -> BTreeMap<String, i64> {
-    weir::tools::latest_per_key(&common::bootstrap(), topic)
-        .expect("reading the output topic")
-        .into_iter()
-        .map(|(k, v)| {
-            let v = v.expect("counts are never null");
-            (
-                String::from_utf8(k).unwrap(),
-                i64::from_be_bytes(v.as_slice().try_into().expect("8-byte count")),
-            )
-        })
-        .collect()
-}
-
-/// Waits until the output reaches `expected` (or `accept` says it is final), or panics.
-fn wait_for_output(
-    topic: &str,
-    timeout: Duration,
-    apps: &mut [&mut WeirApp],
-    done: impl Fn(&BTreeMap<String, i64>) -> bool,
-) -> BTreeMap<String, i64> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let counts = output_counts(topic);
-        if done(&counts) {
-            return counts;
-        }
-        for app in apps.iter_mut() {
-            assert!(
-                app.is_running(),
-                "an instance exited early; log {}:\n{}",
-                app.log.display(),
-                tail(&app.log_text())
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "output did not converge within {timeout:?}; last: {counts:?}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-fn tail(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-struct Fixture {
-    app_id: String,
-    input: String,
-    output: String,
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new(name: &str) -> Fixture {
-        let app_id = common::unique_topic(name);
-        let input = format!("{app_id}-lines");
-        let output = format!("{app_id}-counts-out");
-        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-        rt.block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
-        Fixture {
-            app_id,
-            input,
-            output,
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn settings(&self, guarantee: &str) -> Vec<String> {
-        vec![
-            format!("application_id={}", self.app_id),
-            format!("processing_guarantee={guarantee}"),
-            format!("topology.input_topic={}", self.input),
-            format!("topology.output_topic={}", self.output),
-        ]
-    }
-
-    fn start(&self, instance: usize, guarantee: &str) -> WeirApp {
-        let state = self.dir.path().join(format!("instance-{instance}"));
-        let log = self.dir.path().join(format!("instance-{instance}.log"));
-        WeirApp::start("word-count", &state, &log, &self.settings(guarantee))
-    }
-
-    fn produce(&self, start: u64, count: u64) {
-        weir::tools::generate(
-            &common::bootstrap(),
-            &self.input,
-            word_count::sample,
-            start,
-            count,
-            0,
-        )
-        .expect("writing input");
-    }
-}
-
-/// Prints the restore figures each instance logged.
-fn print_restores(label: &str, app: &WeirApp) {
-    for line in app
-        .log_text()
-        .lines()
-        .filter(|l| l.contains("restored task"))
-    {
-        println!(
-            "{label}: {}",
-            line.split("restored task").last().unwrap_or(line).trim()
-        );
-    }
-}
-
 #[test]
 fn three_instances_count_exactly_once() {
     let _serial = serial();
-    let f = Fixture::new("wc-eos3");
+    let f = Fixture::new("wc-eos3", &word_count::WORD_COUNT);
     let n = 100_000;
     f.produce(0, n);
     let mut a = f.start(0, "exactly_once_v2");
@@ -176,7 +63,7 @@ fn three_instances_count_exactly_once() {
 #[test]
 fn scale_out_and_in_keeps_counts_exact() {
     let _serial = serial();
-    let f = Arc::new(Fixture::new("wc-elastic"));
+    let f = Arc::new(Fixture::new("wc-elastic", &word_count::WORD_COUNT));
     let n = 60_000u64;
     let mut first = f.start(0, "exactly_once_v2");
     // Input flows for about 20 s while instances come and go.
@@ -255,54 +142,12 @@ fn output_gaps(topic: &str, watching: &AtomicBool) -> Vec<(Duration, Duration)> 
     gaps
 }
 
-fn crash_run(f: &Fixture, guarantee: &str, n: u64) -> (BTreeMap<String, i64>, Vec<String>) {
-    let mut stable = f.start(0, guarantee);
-    let mut victim = f.start(1, guarantee);
-    let per_round = n / 6;
-    f.produce(0, per_round);
-    for round in 1..=5 {
-        std::thread::sleep(Duration::from_millis(2500));
-        victim.kill();
-        f.produce(round * per_round, per_round);
-        victim = f.start(1, guarantee);
-    }
-    let rest = n - 6 * per_round;
-    f.produce(6 * per_round, rest);
-    let truth = true_counts(n);
-    let exact = guarantee == "exactly_once_v2";
-    let counts = wait_for_output(
-        &f.output,
-        Duration::from_secs(300),
-        &mut [&mut stable, &mut victim],
-        |c| {
-            if exact {
-                *c == truth
-            } else {
-                truth.iter().all(|(w, t)| c.get(w).is_some_and(|v| v >= t))
-            }
-        },
-    );
-    let mut restores = Vec::new();
-    for (label, app) in [("stable", &stable), ("restarted", &victim)] {
-        print_restores(label, app);
-        restores.extend(
-            app.log_text()
-                .lines()
-                .filter(|l| l.contains("restored task"))
-                .map(str::to_string),
-        );
-    }
-    assert_eq!(stable.stop(), Some(0));
-    assert_eq!(victim.stop(), Some(0));
-    (counts, restores)
-}
-
 #[test]
 fn five_sigkills_keep_counts_exact_under_exactly_once() {
     let _serial = serial();
-    let f = Fixture::new("wc-crash-eos");
+    let f = Fixture::new("wc-crash-eos", &word_count::WORD_COUNT);
     let n = 60_000;
-    let (counts, restores) = crash_run(&f, "exactly_once_v2", n);
+    let (counts, restores) = crash_run(&f, "exactly_once_v2", n, &true_counts(n));
     assert_eq!(counts, true_counts(n), "exactly-once survives 5 SIGKILLs");
     assert!(
         !restores.is_empty(),
@@ -313,9 +158,9 @@ fn five_sigkills_keep_counts_exact_under_exactly_once() {
 #[test]
 fn five_sigkills_never_lose_counts_under_at_least_once() {
     let _serial = serial();
-    let f = Fixture::new("wc-crash-alos");
+    let f = Fixture::new("wc-crash-alos", &word_count::WORD_COUNT);
     let n = 60_000;
-    let (counts, _) = crash_run(&f, "at_least_once", n);
+    let (counts, _) = crash_run(&f, "at_least_once", n, &true_counts(n));
     let truth = true_counts(n);
     let over: i64 = truth.iter().map(|(w, t)| counts[w] - t).sum();
     let total: i64 = truth.values().sum();

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::topology::{Topology, TopologyError};
 
+pub mod events_by_type;
 pub mod word_count;
 
 /// A topology that ships with Weir.
@@ -112,7 +113,7 @@ impl ShippedTopology {
 }
 
 /// Every shipped topology.
-pub const ALL: &[ShippedTopology] = &[word_count::WORD_COUNT];
+pub const ALL: &[ShippedTopology] = &[word_count::WORD_COUNT, events_by_type::EVENTS_BY_TYPE];
 
 /// The shipped topology called `name`.
 ///

@@ -21,7 +21,7 @@
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
 //! | `weir_task_busy_ratio` | gauge | `task` | time processing ÷ wall time over the last window of ≥ 1 s |
-//! | `weir_store_puts_total` | counter | `task`, `store` | writes and deletes of key-value, window and session stores (restored records included) |
+//! | `weir_store_puts_total` | counter | `task`, `store` | writes and deletes of key-value, window and session stores (records applied by restoring or by a standby included) |
 //! | `weir_store_gets_total` | counter | `task`, `store` | reads: point gets, window fetches, session lookups (one per call) |
 //! | `weir_store_entries` | gauge | `task`, `store` | approximate number of entries, refreshed at each commit |
 //! | `weir_restore_restored_records_total` | counter | `task`, `store` | changelog records applied while restoring |

@@ -5,6 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::buffer::{BufferStats, BufferStatsSnapshot};
+use super::purge::Purger;
+use super::standby::{self, StandbyRegistry};
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
@@ -30,6 +33,7 @@ pub struct KafkaStreams {
     state_dir: Option<Arc<InstanceState>>,
     metrics: Arc<Metrics>,
     http: Option<HttpServer>,
+    buffer_stats: Arc<BufferStats>,
 }
 
 impl KafkaStreams {
@@ -45,6 +49,7 @@ impl KafkaStreams {
             threads: Vec::new(),
             error: Arc::new(Mutex::new(None)),
             state_dir: None,
+            buffer_stats: Arc::new(BufferStats::default()),
             metrics: Arc::new(Metrics::new(&config.application_id)),
             http: None,
             config,
@@ -73,6 +78,13 @@ impl KafkaStreams {
     /// The fatal error that moved the application to [`AppState::Error`], if any.
     pub fn error(&self) -> Option<Arc<StreamsError>> {
         self.error.lock().expect("error lock").clone()
+    }
+
+    /// Counters of the input buffers of all stream threads: how often
+    /// partitions were paused because their buffer was full
+    /// (`buffered_records_per_partition`) and resumed when it drained.
+    pub fn buffer_stats(&self) -> BufferStatsSnapshot {
+        self.buffer_stats.snapshot()
     }
 
     /// Waits until the state satisfies `pred` or `timeout` passes; returns the state.
@@ -106,6 +118,7 @@ impl KafkaStreams {
         runtime.block_on(topics::create_internal_topics(
             &admin, &metadata, &layout, &existing,
         ))?;
+        let purger = Purger::start(admin)?;
 
         if let Some(bind) = config.http_bind {
             let description = self.topology.describe();
@@ -134,7 +147,26 @@ impl KafkaStreams {
             shutdown: self.shutdown.clone(),
             rebalancing: Arc::new(AtomicUsize::new(0)),
             metrics: self.metrics.clone(),
+            buffer_stats: self.buffer_stats.clone(),
+            purger,
+            standbys: Arc::new(StandbyRegistry::default()),
         });
+        if config.num_standby_replicas > 0 {
+            let (env, process_id) = (env.clone(), process_id.clone());
+            let handle = std::thread::Builder::new()
+                .name("weir-standby".into())
+                .spawn(move || {
+                    let registry = env.standbys.clone();
+                    if let Err(e) = standby::run(env, registry, process_id) {
+                        tracing::warn!(error = %e, "the standby thread stopped; tasks that move here restore in full");
+                    }
+                })
+                .map_err(|source| StreamsError::Io {
+                    context: "spawning the standby thread",
+                    source,
+                })?;
+            self.threads.push(handle);
+        }
         self.state.transition(AppState::Rebalancing);
         let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));
         for index in 0..config.num_stream_threads {

@@ -14,16 +14,20 @@
 //! * `clients.rs` — librdkafka client settings.
 
 mod app;
+mod buffer;
 mod clients;
 mod collector;
 mod error;
+mod purge;
 mod restore;
+mod standby;
 mod state;
 mod stores;
 mod thread;
 pub mod topics;
 
 pub use app::KafkaStreams;
+pub use buffer::{BufferStats, BufferStatsSnapshot};
 pub use error::StreamsError;
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;

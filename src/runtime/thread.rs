@@ -36,8 +36,11 @@ use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::producer::{Producer, PurgeConfig};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+use super::buffer::{BufferStats, TaskBuffers};
 use super::collector::{KafkaCollector, ProducerEvents, ThreadProducer};
+use super::purge::{PurgeOffsets, Purger};
 use super::restore::restore_task;
+use super::standby::StandbyRegistry;
 use super::stores::InstanceState;
 use super::topics::TopicLayout;
 use super::{AppState, StateCell, StreamsError};
@@ -46,8 +49,11 @@ use crate::metrics::{LagMeter, Metrics, RestoreMeter, ThreadMeter};
 use crate::processor::{Headers, InputRecord, TaskConfig, TaskId, TaskInstance};
 use crate::topology::Topology;
 
-/// Records taken from the consumer per batch at most.
+/// Records taken from the consumer per poll round, and processed per loop
+/// iteration over all tasks, at most.
 const MAX_BATCH: usize = 1000;
+/// Records a task may process per loop iteration at least.
+const MIN_TASK_BUDGET: usize = 100;
 /// Timeout of transactional and flush calls.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -63,6 +69,12 @@ pub(crate) struct ThreadEnv {
     /// Threads currently between a revocation and the end of restoration.
     pub(crate) rebalancing: Arc<AtomicUsize>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Input buffer counters of all threads.
+    pub(crate) buffer_stats: Arc<BufferStats>,
+    /// Deletes consumed records of repartition topics.
+    pub(crate) purger: Purger,
+    /// Active and standby tasks of this instance.
+    pub(crate) standbys: Arc<StandbyRegistry>,
 }
 
 /// The state a rebalance touches; see the module docs.
@@ -83,6 +95,9 @@ pub(crate) struct Core {
     fatal: Option<StreamsError>,
     in_rebalance: bool,
     meter: ThreadMeter,
+    /// Committed offsets of repartition partitions not yet purged.
+    purgeable: PurgeOffsets,
+    last_purge: Instant,
 }
 
 impl Core {
@@ -179,6 +194,7 @@ impl Core {
                 .commit(&offsets, CommitMode::Sync)
                 .map_err(|e| TxnError::Abort(StreamsError::kafka("committing offsets", e)))?;
         }
+        self.note_purgeable();
         self.offsets.clear();
         self.dirty = false;
         self.meter.commit_done(started, self.exactly_once());
@@ -188,6 +204,24 @@ impl Core {
             "committed"
         );
         Ok(())
+    }
+
+    /// Remembers the just-committed offsets of repartition topics and hands
+    /// them to the purger once per `repartition_purge_interval_ms`.
+    fn note_purgeable(&mut self) {
+        let layout = &self.env.layout;
+        for (topic, partitions) in &self.offsets {
+            if layout.repartition_topics.iter().any(|t| t == topic) {
+                for (&partition, &next) in partitions {
+                    self.purgeable.insert((topic.clone(), partition), next);
+                }
+            }
+        }
+        let interval = Duration::from_millis(self.env.config.repartition_purge_interval_ms);
+        if !self.purgeable.is_empty() && self.last_purge.elapsed() >= interval {
+            self.last_purge = Instant::now();
+            self.env.purger.purge(std::mem::take(&mut self.purgeable));
+        }
     }
 
     /// Aborts the open transaction and drops every task's uncommitted state.
@@ -220,6 +254,7 @@ impl Core {
             if let Err(e) = task.close() {
                 tracing::warn!(task = %id, error = %e, "closing task failed");
             }
+            self.env.standbys.release(id);
         }
     }
 
@@ -243,13 +278,22 @@ impl Core {
         ids.dedup();
         let now = wall_clock_ms();
         for id in ids {
-            let mut provider = self.env.stores.provider();
-            let mut task = TaskInstance::new(
-                self.env.topology.clone(),
-                id,
-                self.env.task_config.clone(),
-                &mut provider,
-            )?;
+            let mut task = match self.env.standbys.claim(id) {
+                Some(standby) => {
+                    tracing::info!(task = %id, "taking over the standby copy");
+                    standby.into_task()?
+                }
+                None => {
+                    let mut provider = self.env.stores.provider();
+                    TaskInstance::new(
+                        self.env.topology.clone(),
+                        id,
+                        self.env.task_config.clone(),
+                        &mut provider,
+                    )
+                    .inspect_err(|_| self.env.standbys.release(id))?
+                }
+            };
             let started = Instant::now();
             let mut meter = RestoreMeter::start(self.env.metrics.clone(), id.to_string());
             let stats = restore_task(
@@ -456,6 +500,8 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         fatal: None,
         in_rebalance: false,
         meter: ThreadMeter::new(env.metrics.clone(), index),
+        purgeable: PurgeOffsets::new(),
+        last_purge: Instant::now(),
     })));
     let context = RebalanceContext {
         core: core.clone(),
@@ -505,15 +551,20 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     result
 }
 
-fn main_loop(
+fn main_loop<'c>(
     env: &Arc<ThreadEnv>,
     core: &Arc<Mutex<Option<Core>>>,
-    consumer: &BaseConsumer<RebalanceContext>,
+    consumer: &'c BaseConsumer<RebalanceContext>,
 ) -> Result<(), StreamsError> {
     let poll_timeout = Duration::from_millis(env.config.poll_ms);
+    let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
     let commit_interval = env.config.commit_interval();
     let mut last_commit = Instant::now();
-    let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(MAX_BATCH);
+    let mut buffers: TaskBuffers<BorrowedMessage<'c>> =
+        TaskBuffers::new(env.config.buffered_records_per_partition, max_idle);
+    // The generation the buffers were filled under.
+    let mut buffered_generation = u64::MAX;
+    let mut batch: Vec<BorrowedMessage<'c>> = Vec::with_capacity(MAX_BATCH);
     let empty_headers = Headers::new();
     loop {
         if env.shutdown.load(Ordering::SeqCst) {
@@ -521,9 +572,17 @@ fn main_loop(
         }
         let generation = lock_core(core).as_ref().map_or(0, |c| c.generation);
         // Poll without holding the core: rebalance callbacks run in here.
+        // Don't wait when buffered records can be processed right away.
+        let timeout = if buffers.len() > 0 && !buffers.waiting() {
+            Duration::ZERO
+        } else if buffers.waiting() {
+            poll_timeout.min(max_idle)
+        } else {
+            poll_timeout
+        };
         batch.clear();
         let poll_started = Instant::now();
-        if let Some(first) = consumer.poll(poll_timeout) {
+        if let Some(first) = consumer.poll(timeout) {
             batch.push(first.map_err(|e| StreamsError::kafka("polling", e))?);
             while batch.len() < MAX_BATCH {
                 match consumer.poll(Duration::ZERO) {
@@ -539,9 +598,28 @@ fn main_loop(
             return Err(e);
         }
         if c.generation != generation {
-            // A rebalance happened while polling: the batch belongs to revoked tasks.
-            continue;
+            // A rebalance happened while polling: the batch belongs to
+            // revoked tasks (rdkafka returns from poll after a rebalance).
+            batch.clear();
         }
+        if c.generation != buffered_generation {
+            // New assignment or a rewind: buffered records are fetched again
+            // from the committed offsets.
+            reset_buffers(c, &mut buffers, consumer);
+            buffered_generation = c.generation;
+        }
+        for message in batch.drain(..) {
+            let Some(&sub) = env.layout.subtopology_of_topic.get(message.topic()) else {
+                continue;
+            };
+            let id = TaskId {
+                subtopology: sub,
+                partition: message.partition(),
+            };
+            let (topic, partition) = (message.topic().to_owned(), message.partition());
+            buffers.push(id, &topic, partition, message);
+        }
+        set_paused(consumer, &buffers.take_full(&env.buffer_stats), true);
         // Processing and punctuation output both need the transaction
         // (beginning one is local to librdkafka until a record is sent).
         if let Err(e) = c.begin_if_needed() {
@@ -553,64 +631,67 @@ fn main_loop(
                 TxnError::Fatal(e) => return Err(e),
             }
         }
-        if !batch.is_empty() {
+        if buffers.len() > 0 {
             let Core {
                 tasks,
                 producer,
                 offsets,
                 env: core_env,
                 meter,
+                dirty,
                 ..
-            } = c;
+            } = &mut *c;
             let mut collector = KafkaCollector {
                 producer,
                 partitions: &core_env.layout.partitions,
             };
+            let ready = buffers.tasks_with_records();
+            let budget = (MAX_BATCH / ready.len().max(1)).max(MIN_TASK_BUDGET);
+            let now = Instant::now();
             let mut failed = None;
-            for message in &batch {
-                let topic = message.topic();
-                let Some(&sub) = core_env.layout.subtopology_of_topic.get(topic) else {
-                    continue;
-                };
-                let id = TaskId {
-                    subtopology: sub,
-                    partition: message.partition(),
-                };
+            'tasks: for id in ready {
                 let Some(task) = tasks.get_mut(&id) else {
                     continue;
                 };
-                let owned_headers;
-                let headers = match message.headers() {
-                    Some(h) if h.count() > 0 => {
-                        owned_headers = convert_headers(h);
-                        &owned_headers
+                for _ in 0..budget {
+                    let Some(message) = buffers.next(id, now) else {
+                        break;
+                    };
+                    let topic = message.topic();
+                    let owned_headers;
+                    let headers = match message.headers() {
+                        Some(h) if h.count() > 0 => {
+                            owned_headers = convert_headers(h);
+                            &owned_headers
+                        }
+                        _ => &empty_headers,
+                    };
+                    let input = InputRecord {
+                        topic,
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        timestamp: message.timestamp().to_millis().unwrap_or(-1),
+                        headers,
+                        key: message.key(),
+                        value: message.payload(),
+                    };
+                    *dirty = true;
+                    if let Err(e) = task.process(&input, &mut collector) {
+                        failed = Some(e);
+                        break 'tasks;
                     }
-                    _ => &empty_headers,
-                };
-                let input = InputRecord {
-                    topic,
-                    partition: message.partition(),
-                    offset: message.offset(),
-                    timestamp: message.timestamp().to_millis().unwrap_or(-1),
-                    headers,
-                    key: message.key(),
-                    value: message.payload(),
-                };
-                if let Err(e) = task.process(&input, &mut collector) {
-                    failed = Some(e);
-                    break;
+                    meter.record(id, input.timestamp);
+                    let partitions = match offsets.get_mut(topic) {
+                        Some(p) => p,
+                        None => offsets.entry(topic.to_string()).or_default(),
+                    };
+                    partitions.insert(message.partition(), message.offset() + 1);
                 }
-                meter.record(id, input.timestamp);
-                let partitions = match offsets.get_mut(topic) {
-                    Some(p) => p,
-                    None => offsets.entry(topic.to_string()).or_default(),
-                };
-                partitions.insert(message.partition(), message.offset() + 1);
             }
-            c.dirty = true;
             if let Some(e) = failed {
                 return Err(e.into());
             }
+            set_paused(consumer, &buffers.take_drained(&env.buffer_stats), false);
         }
         // Wall-clock punctuation.
         let now = wall_clock_ms();
@@ -644,6 +725,60 @@ fn main_loop(
                 Err(TxnError::Abort(e)) => c.recover(consumer, &e)?,
                 Err(TxnError::Fatal(e)) => return Err(e),
             }
+        }
+    }
+}
+
+/// Empties the buffers for the core's current assignment and lifts the
+/// pauses of the previous one.
+fn reset_buffers<M: super::buffer::Buffered>(
+    core: &Core,
+    buffers: &mut TaskBuffers<M>,
+    consumer: &BaseConsumer<RebalanceContext>,
+) {
+    let layout = &core.env.layout;
+    let assignment = core.assignment.iter().filter_map(|(topic, partition)| {
+        let sub = *layout.subtopology_of_topic.get(topic)?;
+        let id = TaskId {
+            subtopology: sub,
+            partition: *partition,
+        };
+        Some((id, topic.clone(), *partition))
+    });
+    let paused = buffers.reset(assignment);
+    let assigned: Vec<(String, i32)> = paused
+        .into_iter()
+        .filter(|p| core.assignment.contains(p))
+        .collect();
+    set_paused(consumer, &assigned, false);
+}
+
+/// Pauses (or resumes) fetching of `partitions`.
+fn set_paused(
+    consumer: &BaseConsumer<RebalanceContext>,
+    partitions: &[(String, i32)],
+    pause: bool,
+) {
+    if partitions.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        let _ = tpl.add_partition(topic, *partition);
+    }
+    let result = if pause {
+        consumer.pause(&tpl)
+    } else {
+        consumer.resume(&tpl)
+    };
+    match result {
+        Ok(()) => tracing::debug!(
+            ?partitions,
+            pause,
+            "buffer bound: partitions paused/resumed"
+        ),
+        Err(e) => {
+            tracing::warn!(?partitions, pause, error = %e, "pausing/resuming partitions failed")
         }
     }
 }

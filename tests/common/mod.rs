@@ -10,6 +10,7 @@
 //! `read_committed`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod counting;
 pub mod weir_app;
 
 use std::collections::{HashMap, HashSet};

@@ -1,0 +1,382 @@
+//! Per-task input buffers: records polled from the consumer wait here, one
+//! FIFO queue per assigned partition, until their task takes them in
+//! timestamp order (Kafka Streams' `PartitionGroup`).
+//!
+//! # Invariants
+//!
+//! * A queue holds the records of one partition in offset order; the task
+//!   takes the head with the **smallest timestamp** among its partitions, so
+//!   a task reading several co-partitioned topics (a join, a merge) advances
+//!   its stream time in timestamp order rather than in arrival order. Ties
+//!   go to the partition listed first.
+//! * When one of a task's partitions has nothing buffered, the task waits up
+//!   to `max_task_idle_ms` for it before processing the others ("enforced
+//!   processing"); with the default 0 it never waits.
+//! * Buffers are **bounded**: a partition whose queue reaches
+//!   `buffered_records_per_partition` is reported for pausing, and for
+//!   resuming once its queue drops below that bound again. The bound is soft:
+//!   records librdkafka already fetched may still arrive after the pause and
+//!   are kept (never dropped).
+//! * Buffers belong to one consumer generation: a rebalance or a rewind
+//!   clears them (the consumer fetches those records again from the
+//!   committed offsets) and lifts every pause.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::Message;
+use rdkafka::message::BorrowedMessage;
+
+use crate::processor::TaskId;
+
+/// What the buffers need to know about a record.
+pub(crate) trait Buffered {
+    /// The record's timestamp in milliseconds (`-1` when it has none).
+    fn timestamp_ms(&self) -> i64;
+}
+
+impl Buffered for BorrowedMessage<'_> {
+    fn timestamp_ms(&self) -> i64 {
+        self.timestamp().to_millis().unwrap_or(-1)
+    }
+}
+
+/// Counters of the buffers of all threads of an instance.
+#[derive(Debug, Default)]
+pub struct BufferStats {
+    paused: AtomicU64,
+    resumed: AtomicU64,
+    peak_buffered: AtomicUsize,
+}
+
+/// A snapshot of [`BufferStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferStatsSnapshot {
+    /// Times a partition was paused because its buffer was full.
+    pub paused: u64,
+    /// Times a paused partition was resumed because its buffer drained.
+    pub resumed: u64,
+    /// The most records ever buffered for one partition.
+    pub peak_buffered: usize,
+}
+
+impl BufferStats {
+    /// The current counters.
+    pub fn snapshot(&self) -> BufferStatsSnapshot {
+        BufferStatsSnapshot {
+            paused: self.paused.load(Ordering::Relaxed),
+            resumed: self.resumed.load(Ordering::Relaxed),
+            peak_buffered: self.peak_buffered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct PartitionQueue<M> {
+    topic: String,
+    partition: i32,
+    records: VecDeque<M>,
+    paused: bool,
+}
+
+struct TaskQueues<M> {
+    partitions: Vec<PartitionQueue<M>>,
+    /// When the task started waiting for an empty partition.
+    waiting_since: Option<Instant>,
+    /// Waited out `max_task_idle`: process without waiting until every
+    /// partition has records again.
+    enforced: bool,
+}
+
+/// The buffers of one stream thread. See the module docs.
+pub(crate) struct TaskBuffers<M> {
+    capacity: usize,
+    max_idle: Duration,
+    tasks: BTreeMap<TaskId, TaskQueues<M>>,
+    buffered: usize,
+}
+
+impl<M: Buffered> TaskBuffers<M> {
+    /// Empty buffers pausing partitions at `capacity` records, letting tasks
+    /// wait `max_idle` for an empty partition.
+    pub(crate) fn new(capacity: usize, max_idle: Duration) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            max_idle,
+            tasks: BTreeMap::new(),
+            buffered: 0,
+        }
+    }
+
+    /// Forgets every buffered record and sets up empty queues for the given
+    /// `(task, topic, partition)` assignment. Returns the partitions that
+    /// were paused (the caller resumes them).
+    pub(crate) fn reset(
+        &mut self,
+        assignment: impl IntoIterator<Item = (TaskId, String, i32)>,
+    ) -> Vec<(String, i32)> {
+        let paused = self.paused_partitions();
+        self.tasks.clear();
+        self.buffered = 0;
+        for (task, topic, partition) in assignment {
+            let queues = self.tasks.entry(task).or_insert_with(|| TaskQueues {
+                partitions: Vec::new(),
+                waiting_since: None,
+                enforced: false,
+            });
+            queues.partitions.push(PartitionQueue {
+                topic,
+                partition,
+                records: VecDeque::new(),
+                paused: false,
+            });
+        }
+        for queues in self.tasks.values_mut() {
+            queues
+                .partitions
+                .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        }
+        paused
+    }
+
+    fn paused_partitions(&self) -> Vec<(String, i32)> {
+        self.tasks
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|q| q.paused)
+            .map(|q| (q.topic.clone(), q.partition))
+            .collect()
+    }
+
+    /// Appends a record of `topic`/`partition` for `task`. Returns `false`
+    /// (and drops the record) when that partition is not assigned.
+    pub(crate) fn push(&mut self, task: TaskId, topic: &str, partition: i32, record: M) -> bool {
+        let Some(queue) = self.tasks.get_mut(&task).and_then(|t| {
+            t.partitions
+                .iter_mut()
+                .find(|q| q.partition == partition && q.topic == topic)
+        }) else {
+            return false;
+        };
+        queue.records.push_back(record);
+        self.buffered += 1;
+        true
+    }
+
+    /// Records buffered over all tasks.
+    pub(crate) fn len(&self) -> usize {
+        self.buffered
+    }
+
+    /// Partitions that just reached the bound: marks them paused and returns
+    /// them (the caller pauses them in the consumer). Updates `stats`.
+    pub(crate) fn take_full(&mut self, stats: &BufferStats) -> Vec<(String, i32)> {
+        let mut out = Vec::new();
+        for queue in self
+            .tasks
+            .values_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+        {
+            stats
+                .peak_buffered
+                .fetch_max(queue.records.len(), Ordering::Relaxed);
+            if !queue.paused && queue.records.len() >= self.capacity {
+                queue.paused = true;
+                out.push((queue.topic.clone(), queue.partition));
+            }
+        }
+        stats.paused.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// Paused partitions whose queue dropped below the bound: marks them
+    /// resumed and returns them (the caller resumes them in the consumer).
+    pub(crate) fn take_drained(&mut self, stats: &BufferStats) -> Vec<(String, i32)> {
+        let mut out = Vec::new();
+        for queue in self
+            .tasks
+            .values_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+        {
+            if queue.paused && queue.records.len() < self.capacity {
+                queue.paused = false;
+                out.push((queue.topic.clone(), queue.partition));
+            }
+        }
+        stats.resumed.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// Whether `task` may take a record now (see [`TaskBuffers::next`]).
+    fn ready(&mut self, task: TaskId, now: Instant) -> Option<&mut TaskQueues<M>> {
+        let max_idle = self.max_idle;
+        let queues = self.tasks.get_mut(&task)?;
+        let any = queues.partitions.iter().any(|q| !q.records.is_empty());
+        if !any {
+            return None;
+        }
+        let all = queues.partitions.iter().all(|q| !q.records.is_empty());
+        if all {
+            queues.waiting_since = None;
+            queues.enforced = false;
+        } else if !queues.enforced && !max_idle.is_zero() {
+            let since = *queues.waiting_since.get_or_insert(now);
+            if now.duration_since(since) < max_idle {
+                return None;
+            }
+            queues.enforced = true;
+        }
+        Some(queues)
+    }
+
+    /// The next record of `task` in timestamp order, with its partition; or
+    /// `None` when nothing is buffered or the task waits for an empty
+    /// partition (`max_task_idle_ms`).
+    pub(crate) fn next(&mut self, task: TaskId, now: Instant) -> Option<M> {
+        let queues = self.ready(task, now)?;
+        let queue = queues
+            .partitions
+            .iter_mut()
+            .filter(|q| !q.records.is_empty())
+            .min_by_key(|q| q.records.front().map_or(i64::MAX, Buffered::timestamp_ms))?;
+        let record = queue.records.pop_front();
+        if record.is_some() {
+            self.buffered -= 1;
+        }
+        record
+    }
+
+    /// The tasks that have buffered records.
+    pub(crate) fn tasks_with_records(&self) -> Vec<TaskId> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.partitions.iter().any(|q| !q.records.is_empty()))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Whether some task waits for an empty partition (the caller should
+    /// poll again within `max_task_idle_ms`).
+    pub(crate) fn waiting(&self) -> bool {
+        self.tasks
+            .values()
+            .any(|t| t.waiting_since.is_some() && !t.enforced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    struct Rec(i64, &'static str);
+
+    impl Buffered for Rec {
+        fn timestamp_ms(&self) -> i64 {
+            self.0
+        }
+    }
+
+    fn task(p: i32) -> TaskId {
+        TaskId {
+            subtopology: 0,
+            partition: p,
+        }
+    }
+
+    fn two_topic_buffers(capacity: usize, idle: Duration) -> TaskBuffers<Rec> {
+        let mut b = TaskBuffers::new(capacity, idle);
+        b.reset([
+            (task(0), "left".to_string(), 0),
+            (task(0), "right".to_string(), 0),
+            (task(1), "left".to_string(), 1),
+        ]);
+        b
+    }
+
+    #[test]
+    fn a_task_takes_its_partitions_in_timestamp_order() {
+        let mut b = two_topic_buffers(100, Duration::ZERO);
+        for (topic, r) in [
+            ("left", Rec(10, "l10")),
+            ("left", Rec(30, "l30")),
+            ("right", Rec(5, "r5")),
+            ("right", Rec(20, "r20")),
+            ("right", Rec(40, "r40")),
+        ] {
+            assert!(b.push(task(0), topic, 0, r));
+        }
+        assert!(
+            !b.push(task(0), "other", 0, Rec(1, "x")),
+            "unassigned partition"
+        );
+        assert_eq!(b.len(), 5);
+        let now = Instant::now();
+        let order: Vec<&str> = std::iter::from_fn(|| b.next(task(0), now))
+            .map(|r| r.1)
+            .collect();
+        assert_eq!(order, ["r5", "l10", "r20", "l30", "r40"]);
+        assert_eq!(b.len(), 0);
+        assert_eq!(b.next(task(1), now), None);
+    }
+
+    #[test]
+    fn a_task_waits_for_an_empty_partition_up_to_max_idle() {
+        let mut b = two_topic_buffers(100, Duration::from_millis(50));
+        b.push(task(0), "left", 0, Rec(10, "l10"));
+        let t0 = Instant::now();
+        assert_eq!(b.next(task(0), t0), None, "waits for the right side");
+        assert!(b.waiting());
+        assert_eq!(b.next(task(0), t0 + Duration::from_millis(49)), None);
+        assert_eq!(
+            b.next(task(0), t0 + Duration::from_millis(50)).map(|r| r.1),
+            Some("l10"),
+            "enforced processing after max idle"
+        );
+        b.push(task(0), "left", 0, Rec(11, "l11"));
+        assert_eq!(
+            b.next(task(0), t0 + Duration::from_millis(51)).map(|r| r.1),
+            Some("l11"),
+            "stays enforced until both sides have data"
+        );
+        b.push(task(0), "left", 0, Rec(30, "l30"));
+        b.push(task(0), "right", 0, Rec(20, "r20"));
+        assert_eq!(b.next(task(0), t0).map(|r| r.1), Some("r20"));
+        assert_eq!(b.next(task(0), t0), None, "waits again");
+    }
+
+    #[test]
+    fn full_partitions_are_paused_and_resumed_when_drained() {
+        let stats = BufferStats::default();
+        let mut b = two_topic_buffers(3, Duration::ZERO);
+        for i in 0..4 {
+            b.push(task(1), "left", 1, Rec(i, "l"));
+        }
+        b.push(task(0), "left", 0, Rec(0, "x"));
+        assert_eq!(b.take_full(&stats), [("left".to_string(), 1)]);
+        assert!(b.take_full(&stats).is_empty(), "paused once");
+        assert!(b.take_drained(&stats).is_empty(), "still full");
+        let now = Instant::now();
+        b.next(task(1), now);
+        assert!(
+            b.take_drained(&stats).is_empty(),
+            "3 left: still at the bound"
+        );
+        b.next(task(1), now);
+        assert_eq!(b.take_drained(&stats), [("left".to_string(), 1)]);
+        let snap = stats.snapshot();
+        assert_eq!((snap.paused, snap.resumed, snap.peak_buffered), (1, 1, 4));
+    }
+
+    #[test]
+    fn reset_drops_records_and_reports_paused_partitions() {
+        let stats = BufferStats::default();
+        let mut b = two_topic_buffers(1, Duration::ZERO);
+        b.push(task(0), "right", 0, Rec(1, "r"));
+        assert_eq!(b.take_full(&stats).len(), 1);
+        let paused = b.reset([(task(0), "right".to_string(), 0)]);
+        assert_eq!(paused, [("right".to_string(), 0)]);
+        assert_eq!(b.len(), 0);
+        assert_eq!(b.tasks_with_records(), Vec::<TaskId>::new());
+    }
+}
