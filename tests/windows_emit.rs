@@ -1,5 +1,5 @@
 //! Triggers: emit-final (exactly one result per window and key, also across
-//! a task restart restored from the changelogs) and early firings (every N
+//! a task restart restored from the changelogs, stream time included) and early firings (every N
 //! updates, every T of wall-clock time) followed by the final result.
 
 use std::collections::HashSet;
@@ -80,8 +80,8 @@ fn emit_final_emits_one_result_per_window_and_survives_a_restart() {
     // Close the task and build it again from its changelogs: windows
     // [20,30) of a and b stay open, the emitted ones stay emitted.
     d.restart_tasks().unwrap();
-    assert_eq!(d.stream_time(0), Some(-1));
-    // Stream time restarted low, but [0,10) was emitted: still closed.
+    assert_eq!(d.stream_time(0), Some(26), "stream time continues");
+    // [0,10) closed before the restart and stays closed.
     assert_eq!(pipe(&mut d, "a", 2), vec![]);
     assert_eq!(
         d.task_metrics(0).unwrap().late_dropped,
@@ -95,6 +95,24 @@ fn emit_final_emits_one_result_per_window_and_survives_a_restart() {
         "counts from before and after the restart, emitted once"
     );
     assert_eq!(assert_one_result_per_window(&d), 4);
+}
+
+#[test]
+fn stream_time_survives_a_restart_so_a_late_record_stays_late() {
+    let mut d = driver(EmitStrategy::OnWindowClose);
+    assert_eq!(pipe(&mut d, "a", 100), vec![]);
+    d.restart_tasks().unwrap();
+    assert_eq!(d.stream_time(0), Some(100));
+    // [50,60) closed at stream time 65, before the restart, without ever
+    // holding a record: only the restored stream time knows it is closed.
+    assert_eq!(pipe(&mut d, "a", 50), vec![]);
+    assert_eq!(d.task_metrics(0).unwrap().late_dropped, 1, "a@50 is late");
+    assert_eq!(
+        pipe(&mut d, "a", 120),
+        vec![w("a", 100, 1)],
+        "only the window that was open before the restart"
+    );
+    assert_eq!(assert_one_result_per_window(&d), 1);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Tumbling and hopping windows over out-of-order input: golden outputs,
-//! late records dropped, counted and dead-lettered to a late topic, store
+//! late records dropped, counted and written to a late topic with headers saying why, store
 //! expiry, and configuration errors.
 
 use std::time::Duration;
@@ -7,7 +7,11 @@ use std::time::Duration;
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
 use weir::serdes::{I64Serde, OptionSerde, StringSerde};
 use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, TopologyError};
-use weir::windows::{TimeWindows, WindowError, Windowed, WindowedSerde};
+use weir::windows::{
+    LATE_HEADER_MESSAGE, LATE_HEADER_OFFSET, LATE_HEADER_PARTITION, LATE_HEADER_REASON,
+    LATE_HEADER_STORE, LATE_HEADER_STREAM_TIME, LATE_HEADER_TOPIC, LATE_REASON_WINDOW_CLOSED,
+    TimeWindows, WindowError, Windowed, WindowedSerde,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -82,6 +86,27 @@ fn tumbling_count_out_of_order_with_late_records() {
         ]
     );
     assert_eq!(driver.task_metrics(0).unwrap().late_dropped, 2);
+    // Each late record says why, when, and where it came from.
+    let raw = driver.all_raw("late");
+    let header = |i: usize, key: &str| raw[i].headers.last_str(key).map(str::to_owned);
+    assert_eq!(raw.len(), 2);
+    assert_eq!(
+        header(0, LATE_HEADER_REASON).as_deref(),
+        Some(LATE_REASON_WINDOW_CLOSED)
+    );
+    assert_eq!(header(0, LATE_HEADER_STREAM_TIME).as_deref(), Some("20"));
+    assert_eq!(header(0, LATE_HEADER_STORE).as_deref(), Some("counts"));
+    assert_eq!(header(0, LATE_HEADER_TOPIC).as_deref(), Some("in"));
+    assert_eq!(header(0, LATE_HEADER_PARTITION).as_deref(), Some("0"));
+    assert_eq!(header(0, LATE_HEADER_OFFSET).as_deref(), Some("5"));
+    assert_eq!(
+        header(1, LATE_HEADER_MESSAGE).as_deref(),
+        Some(
+            "record at 9 ms dropped by 'counts': its windows closed \
+             (they end at or before 15 ms at stream time 20 ms)"
+        )
+    );
+    assert_eq!(raw[1].timestamp, 9, "a late record keeps its event time");
     let late = TestOutputTopic::new("late", StringSerde, StringSerde);
     assert_eq!(
         driver.read_key_values(&late).unwrap(),

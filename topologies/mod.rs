@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::topology::{Topology, TopologyError};
 
 pub mod events_by_type;
+pub mod page_views;
 pub mod word_count;
 
 /// A topology that ships with Weir.
@@ -113,7 +114,11 @@ impl ShippedTopology {
 }
 
 /// Every shipped topology.
-pub const ALL: &[ShippedTopology] = &[word_count::WORD_COUNT, events_by_type::EVENTS_BY_TYPE];
+pub const ALL: &[ShippedTopology] = &[
+    word_count::WORD_COUNT,
+    events_by_type::EVENTS_BY_TYPE,
+    page_views::PAGE_VIEWS,
+];
 
 /// The shipped topology called `name`.
 ///

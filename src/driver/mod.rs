@@ -333,13 +333,15 @@ impl TopologyTestDriver {
     /// or a rebalance: fresh in-memory stores restored from their changelog
     /// topics as the driver recorded them, then `initialize`. Only committed
     /// state survives (the driver commits after every input), so this shows
-    /// what a task keeps across a restart. Stream time starts again at `-1`
-    /// until the next record.
+    /// what a task keeps across a restart. Stream time continues from the
+    /// last commit, as in the runtime (which keeps it in the committed
+    /// offsets' metadata, [`crate::runtime::stream_time`]).
     pub fn restart_tasks(&mut self) -> Result<(), DriverError> {
         let mut provider = in_memory_provider;
         for index in 0..self.tasks.len() {
             self.tasks[index].close()?;
             let id = self.tasks[index].id();
+            let committed_stream_time = self.tasks[index].stream_time();
             let mut task = TaskInstance::new(
                 self.topology.clone(),
                 id,
@@ -359,6 +361,7 @@ impl TopologyTestDriver {
                     )?;
                 }
             }
+            task.restore_stream_time(committed_stream_time)?;
             task.initialize(self.wall_clock_ms, &mut self.topics)?;
             self.tasks[index] = task;
         }

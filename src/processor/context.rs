@@ -185,13 +185,15 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
             .set(self.frame.late_records.get() + 1);
     }
 
-    /// Sends already serialized bytes straight to `topic` (the late-records
-    /// topic of windowed aggregations), outside the processor graph.
+    /// Sends already serialized bytes with `headers` straight to `topic` (the
+    /// late-records topic of windowed aggregations), outside the processor
+    /// graph, through the task's collector (so inside the open transaction).
     pub(crate) fn send_raw(
         &self,
         topic: &str,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
+        headers: &super::Headers,
     ) -> Result<(), ProcessorError> {
         self.frame
             .collector
@@ -202,7 +204,7 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
                 key,
                 value,
                 timestamp: self.frame.current_timestamp.get(),
-                headers: &super::record::NO_HEADERS,
+                headers,
                 kind: super::collector::OutputKind::Sink,
             })?;
         Ok(())

@@ -11,6 +11,7 @@
 //! * `collector.rs` — task output into the producer, changelog offsets from
 //!   delivery reports;
 //! * `stores.rs` — the state directory and the RocksDB stores of tasks;
+//! * [`stream_time`] — each task's stream time, committed as offset metadata;
 //! * `clients.rs` — librdkafka client settings.
 
 mod app;
@@ -23,6 +24,7 @@ mod restore;
 mod standby;
 mod state;
 mod stores;
+pub mod stream_time;
 mod thread;
 pub mod topics;
 

@@ -18,7 +18,9 @@
 //! * Exactly-once: a transaction is begun before the first record of a commit
 //!   interval is processed. A commit flushes the producer (delivery reports
 //!   give each changelog partition's last offset), sends the consumed offsets
-//!   with the group metadata, commits the transaction, and only then commits
+//!   (each carrying its task's stream time as metadata, see
+//!   [`super::stream_time`]) with the group metadata, commits the
+//!   transaction, and only then commits
 //!   the stores with those changelog offsets. Any error that requires an
 //!   abort aborts the transaction, drops the tasks' open store writes,
 //!   rebuilds the tasks and rewinds the consumer to the committed offsets.
@@ -147,6 +149,9 @@ impl Core {
                 let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(next));
             }
         }
+        super::stream_time::annotate(&mut tpl, &self.env.layout, |id| {
+            self.tasks.get(&id).map(TaskInstance::stream_time)
+        });
         tpl
     }
 
@@ -258,8 +263,12 @@ impl Core {
         }
     }
 
-    /// Creates, restores and initializes the tasks of the current assignment.
-    fn open_tasks(&mut self) -> Result<(), StreamsError> {
+    /// Creates, restores and initializes the tasks of the current assignment,
+    /// each from the stream time of the last commit (`super::stream_time`).
+    fn open_tasks(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+    ) -> Result<(), StreamsError> {
         let mut ids: Vec<TaskId> = self
             .assignment
             .iter()
@@ -277,6 +286,12 @@ impl Core {
         ids.sort();
         ids.dedup();
         let now = wall_clock_ms();
+        let stream_times = super::stream_time::committed_stream_times(
+            consumer,
+            &self.assignment,
+            &self.env.layout,
+            Duration::from_secs(30),
+        )?;
         for id in ids {
             let mut task = match self.env.standbys.claim(id) {
                 Some(standby) => {
@@ -311,6 +326,9 @@ impl Core {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "restored task"
                 );
+            }
+            if let Some(&time) = stream_times.get(&id) {
+                task.restore_stream_time(time)?;
             }
             self.begin_if_needed().map_err(TxnError::into_error)?;
             let mut collector = KafkaCollector {
@@ -352,7 +370,7 @@ impl Core {
         consumer
             .seek_partitions(rewind, Duration::from_secs(30))
             .map_err(|e| StreamsError::kafka("rewinding to the committed offsets", e))?;
-        self.open_tasks()
+        self.open_tasks(consumer)
     }
 }
 
@@ -449,7 +467,7 @@ impl ConsumerContext for RebalanceContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut guard = self.lock();
         let Some(core) = guard.as_mut() else { return };
         if let Rebalance::Assign(tpl) = rebalance {
@@ -462,7 +480,7 @@ impl ConsumerContext for RebalanceContext {
                 .map(|e| (e.topic().to_string(), e.partition()))
                 .collect();
             tracing::info!(partitions = core.assignment.len(), "assigned");
-            if let Err(e) = core.open_tasks() {
+            if let Err(e) = core.open_tasks(consumer) {
                 core.fatal.get_or_insert(e);
             }
             self.leave_rebalance(core);

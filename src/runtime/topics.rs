@@ -14,7 +14,12 @@
 //!   (Kafka Streams' `windowstore.changelog.additional.retention.ms` default),
 //!   so expired windows leave the changelog too;
 //! * an internal topic that already exists is accepted when its partition
-//!   count is right, and is an error otherwise.
+//!   count is right, and is an error otherwise;
+//! * a late-records topic of a windowed aggregation (`late_records_to`) is
+//!   the one user topic Weir creates when it is missing (as many partitions
+//!   as the largest user source topic, `cleanup.policy=delete`), so late
+//!   records are never lost to a missing topic; an existing one is used as
+//!   it is.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -42,6 +47,9 @@ pub struct TopicLayout {
     pub changelog_topics: Vec<(String, String)>,
     /// `retention.ms` of the changelog topics of window and session stores.
     pub changelog_retention_ms: HashMap<String, i64>,
+    /// Late-records topics of windowed aggregations (their partition
+    /// counts are in `partitions`).
+    pub late_topics: Vec<String>,
 }
 
 /// Added to a window or session store's retention for its changelog topic.
@@ -146,6 +154,11 @@ pub fn plan(
         };
         layout.tasks_per_subtopology.push(tasks);
     }
+    for topic in topology.late_topics() {
+        let partitions = existing.get(topic).copied().unwrap_or(max_user.max(1));
+        layout.partitions.insert(topic.clone(), partitions);
+        layout.late_topics.push(topic.clone());
+    }
     for (store, changelog) in &layout.changelog_topics {
         let sub = topology.subtopology_of_store(store).unwrap_or(0) as usize;
         let tasks = layout.tasks_per_subtopology.get(sub).copied().unwrap_or(1);
@@ -170,8 +183,8 @@ pub fn plan(
     Ok(layout)
 }
 
-/// Creates the internal topics of `layout` that do not exist yet and waits
-/// until the broker lists them.
+/// Creates the internal topics and late-records topics of `layout` that do
+/// not exist yet and waits until the broker lists them.
 pub(crate) async fn create_internal_topics(
     admin: &AdminClient<DefaultClientContext>,
     metadata_client: &BaseConsumer,
@@ -201,6 +214,13 @@ pub(crate) async fn create_internal_topics(
         };
         wanted.push((topic.clone(), layout.partitions[topic], configs));
     }
+    for topic in &layout.late_topics {
+        wanted.push((
+            topic.clone(),
+            layout.partitions[topic],
+            vec![("cleanup.policy", "delete".into())],
+        ));
+    }
     wanted.retain(|(name, _, _)| !existing.contains_key(name));
     if wanted.is_empty() {
         return Ok(());
@@ -218,14 +238,14 @@ pub(crate) async fn create_internal_topics(
     let results = admin
         .create_topics(&new_topics, &options)
         .await
-        .map_err(|e| StreamsError::kafka("creating internal topics", e))?;
+        .map_err(|e| StreamsError::kafka("creating internal and late-records topics", e))?;
     for result in results {
         match result {
-            Ok(topic) => tracing::info!(topic, "created internal topic"),
+            Ok(topic) => tracing::info!(topic, "created topic"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => {
                 return Err(StreamsError::kafka(
-                    format!("creating internal topic '{topic}'"),
+                    format!("creating topic '{topic}' (internal or late records)"),
                     rdkafka::error::KafkaError::AdminOp(code),
                 ));
             }

@@ -39,6 +39,8 @@ pub(crate) struct BuilderInner {
     pub(crate) serdes: SerdeRegistry,
     errors: Vec<TopologyError>,
     names: HashSet<String>,
+    /// Late-records topics of windowed aggregations (user topics).
+    pub(crate) late_topics: Vec<String>,
 }
 
 pub(crate) type Shared = Rc<RefCell<BuilderInner>>;
@@ -290,6 +292,7 @@ impl StreamsBuilder {
                 counter: 0,
                 serdes,
                 errors: Vec::new(),
+                late_topics: Vec::new(),
                 names: HashSet::new(),
             })),
         }
@@ -388,10 +391,14 @@ impl StreamsBuilder {
             })
             .collect();
         let subtopologies = split_subtopologies(&nodes, stores.len());
+        let mut late_topics = b.late_topics.clone();
+        late_topics.sort();
+        late_topics.dedup();
         Ok(Topology {
             nodes,
             stores,
             subtopologies,
+            late_topics,
         })
     }
 }

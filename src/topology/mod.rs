@@ -144,6 +144,16 @@ pub enum TopologyError {
     /// The topology has no source.
     #[error("the topology has no source; add one with StreamsBuilder::stream or ::table")]
     Empty,
+    /// A parameter of a shipped topology has a value it cannot use.
+    #[error("config key 'topology.{name}' = '{value}': {requirement}")]
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        requirement: &'static str,
+    },
 }
 
 /// A topic as the topology names it.
@@ -237,6 +247,7 @@ pub struct Topology {
     pub(crate) nodes: Vec<NodeDef>,
     pub(crate) stores: Vec<StoreDef>,
     pub(crate) subtopologies: Vec<SubtopologyDef>,
+    pub(crate) late_topics: Vec<String>,
 }
 
 impl Topology {
@@ -281,6 +292,12 @@ impl Topology {
             .filter(|s| s.logging)
             .map(|s| (s.name.clone(), s.changelog_topic(application_id)))
             .collect()
+    }
+
+    /// The late-records topics of windowed aggregations
+    /// (`late_records_to`), sorted; the runtime creates missing ones.
+    pub fn late_topics(&self) -> &[String] {
+        &self.late_topics
     }
 
     /// `(changelog topic, store retention in ms)` of every logged window or

@@ -160,6 +160,7 @@ fn build<K: Data, V: Data, A: Data>(
         );
         (buffer_name, index)
     });
+    b.late_topics.extend(options.late_topic.iter().cloned());
     let late = options.late_topic.clone().map(|topic| LateSink {
         value_serde: b.serde(grouped.value_serde.clone(), None, &name, "value"),
         key_serde: key.clone(),
@@ -197,7 +198,10 @@ macro_rules! options {
         }
 
         /// Writes late records (dropped because their windows closed) to
-        /// `topic`, with the grouped stream's serdes. They are counted either way.
+        /// `topic`, with the grouped stream's serdes and headers saying why
+        /// ([`crate::windows::LATE_HEADER_REASON`] and the others). They are
+        /// counted either way. The runtime creates `topic` at start-up when
+        /// it does not exist.
         pub fn late_records_to(mut self, topic: impl Into<String>) -> Self {
             self.options.late_topic = Some(topic.into());
             self

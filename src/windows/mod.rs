@@ -16,9 +16,16 @@
 //!   `end + gap + grace` (the last moment a record could still extend it, plus grace).
 //! * A record none of whose windows is open is **late**: it is dropped,
 //!   counted in [`crate::processor::TaskMetrics::late_dropped`], and written
-//!   to the late-records topic when one is configured. (A hopping-window record
+//!   to the late-records topic when one is configured, with the reason in
+//!   its headers ([`late_headers`]), through the task's collector — so
+//!   inside the transaction of the input record. The runtime creates a
+//!   missing late-records topic at start-up. (A hopping-window record
 //!   that still has an open window updates those and is not counted; a
 //!   sliding-window record is late when its left window closed.)
+//! * Stream time survives restarts and task moves: the runtime commits it
+//!   with the input offsets, in the same transaction as the state
+//!   ([`crate::runtime::stream_time`]), so windows closed before a crash stay
+//!   closed after it.
 //! * Stores keep windows for `retention` (default and minimum: size + grace;
 //!   for sessions gap + grace after their end) and then expire them.
 //!
@@ -106,6 +113,56 @@ pub enum WindowError {
         "EmitStrategy::early needs every_updates > 0 and/or a non-zero every_wall_clock interval"
     )]
     EmptyEarlyTrigger,
+}
+
+/// Header of a late record: why it was dropped (`window-closed`).
+pub const LATE_HEADER_REASON: &str = "weir.late.reason";
+/// Header of a late record: a sentence with the record time, stream time
+/// and close bound.
+pub const LATE_HEADER_MESSAGE: &str = "weir.late.message";
+/// Header of a late record: the task's stream time when it was dropped (ms, decimal).
+pub const LATE_HEADER_STREAM_TIME: &str = "weir.late.stream_time";
+/// Header of a late record: the windowed aggregation's store.
+pub const LATE_HEADER_STORE: &str = "weir.late.store";
+/// Header of a late record: the input topic it was read from.
+pub const LATE_HEADER_TOPIC: &str = "weir.late.topic";
+/// Header of a late record: its input partition (decimal).
+pub const LATE_HEADER_PARTITION: &str = "weir.late.partition";
+/// Header of a late record: its input offset (decimal).
+pub const LATE_HEADER_OFFSET: &str = "weir.late.offset";
+/// The value of [`LATE_HEADER_REASON`].
+pub const LATE_REASON_WINDOW_CLOSED: &str = "window-closed";
+
+/// The headers of a late record of `store` with event time `record_ms`,
+/// dropped at `stream_time_ms` because its windows end at or before
+/// `close_bound_ms`; `source` is where it was read (absent in punctuators).
+pub(crate) fn late_headers(
+    store: &str,
+    record_ms: i64,
+    stream_time_ms: i64,
+    close_bound_ms: i64,
+    source: Option<crate::processor::RecordMetadata<'_>>,
+) -> crate::processor::Headers {
+    let text = |s: String| Some(s.into_bytes());
+    let mut headers = crate::processor::Headers::new();
+    headers
+        .add(LATE_HEADER_REASON, text(LATE_REASON_WINDOW_CLOSED.into()))
+        .add(
+            LATE_HEADER_MESSAGE,
+            text(format!(
+                "record at {record_ms} ms dropped by '{store}': its windows closed \
+                 (they end at or before {close_bound_ms} ms at stream time {stream_time_ms} ms)"
+            )),
+        )
+        .add(LATE_HEADER_STREAM_TIME, text(stream_time_ms.to_string()))
+        .add(LATE_HEADER_STORE, text(store.to_owned()));
+    if let Some(source) = source {
+        headers
+            .add(LATE_HEADER_TOPIC, text(source.topic.to_owned()))
+            .add(LATE_HEADER_PARTITION, text(source.partition.to_string()))
+            .add(LATE_HEADER_OFFSET, text(source.offset.to_string()));
+    }
+    headers
 }
 
 fn millis(d: Duration) -> i64 {

@@ -106,7 +106,7 @@ where
             merged.end_ms = merged.end_ms.max(*end);
         }
         if merged.end_ms < close_bound {
-            spec.drop_late(ctx, &r.key, &r.value)?;
+            spec.drop_late(ctx, &r.key, &r.value, close_bound)?;
         } else {
             let key_bytes = match &triggers {
                 Some(_) => spec.encode_key(&spec.store, &r.key)?,

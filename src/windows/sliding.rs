@@ -69,7 +69,7 @@ where
         )?;
         let ts = r.timestamp;
         if ts < close_bound {
-            spec.drop_late(ctx, &r.key, &r.value)?;
+            spec.drop_late(ctx, &r.key, &r.value, close_bound)?;
             return finish(spec, ctx, &triggers, close_bound, diff, stream_time);
         }
         let mut at_ts = buffer.fetch(&r.key, ts)?.unwrap_or_default();

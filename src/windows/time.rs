@@ -94,12 +94,15 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             .transpose()
     }
 
-    /// Counts a late record and writes it to the late-records topic, if any.
+    /// Counts a late record and writes it to the late-records topic, if
+    /// any, with the headers of [`super::late_headers`]; `close_bound` is
+    /// the bound windows had to end after (stream time minus grace).
     pub(crate) fn drop_late<KO, VO>(
         &self,
         ctx: &ProcessorContext<'_, KO, VO>,
         key: &K,
         value: &V,
+        close_bound: i64,
     ) -> Result<(), ProcessorError> {
         ctx.record_late();
         let Some(late) = &self.late else {
@@ -120,10 +123,18 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             .value_serde
             .serialize_nullable(&late.topic, value, &mut v)
             .map_err(|e| serialize_error(crate::processor::KeyOrValue::Value, e))?;
+        let headers = super::late_headers(
+            &self.store,
+            ctx.timestamp(),
+            ctx.stream_time(),
+            close_bound,
+            ctx.record_metadata(),
+        );
         ctx.send_raw(
             &late.topic,
             has_key.then_some(k.as_slice()),
             has_value.then_some(v.as_slice()),
+            &headers,
         )
     }
 
@@ -199,6 +210,17 @@ pub(crate) fn forward_ids<K: Clone + 'static, V: 'static, A: Clone + 'static>(
                 },
                 ctx.timestamp(),
             ))?;
+        } else {
+            // The trigger knows the window, the store does not: its data was
+            // lost, e.g. the broker deleted its changelog records (window
+            // changelogs are retained by event time) before a restore.
+            tracing::warn!(
+                task = %ctx.task_id(),
+                store = %spec.store,
+                window_start_ms = start,
+                "a window tracked by the trigger has no value in its store; no result is emitted for it \
+                 (were its changelog records deleted by retention? event times far in the past expire)"
+            );
         }
     }
     Ok(())
@@ -261,7 +283,7 @@ where
             }
         }
         if !open {
-            spec.drop_late(ctx, &r.key, &r.value)?;
+            spec.drop_late(ctx, &r.key, &r.value, close_bound)?;
         }
         if let Some(t) = &triggers {
             let ids = trigger::take_closed(t, close_bound, |end| end <= close_bound)?;

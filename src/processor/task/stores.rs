@@ -1,6 +1,6 @@
 //! Store access of a task outside processing: restoring changelog records
-//! before `initialize`, and reading stores for interactive queries, the
-//! runtime's restore and the test driver.
+//! and the committed stream time before `initialize`, and reading stores for
+//! interactive queries, the runtime's restore and the test driver.
 
 use crate::state::{KeyValueStore, SessionStore, StoreError, WindowStore};
 
@@ -28,6 +28,17 @@ impl TaskInstance {
                 task: self.id,
                 source,
             })
+    }
+
+    /// Restores the stream time the task had at its last commit (the
+    /// runtime keeps it in the committed offsets' metadata, see
+    /// [`crate::runtime::stream_time`]). Stream time never goes backwards:
+    /// the larger of the current and the given value is kept. Only before
+    /// `initialize`.
+    pub fn restore_stream_time(&mut self, stream_time: i64) -> Result<(), TaskError> {
+        self.require(TaskState::Created, "restore stream time")?;
+        self.stream_time = self.stream_time.max(stream_time);
+        Ok(())
     }
 
     fn store_slot(&self, name: &str) -> Option<&StoreSlot> {
