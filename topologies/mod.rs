@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::topology::{Topology, TopologyError};
 
 pub mod events_by_type;
+pub mod order_enrichment;
 pub mod page_views;
 pub mod word_count;
 
@@ -118,6 +119,7 @@ pub const ALL: &[ShippedTopology] = &[
     word_count::WORD_COUNT,
     events_by_type::EVENTS_BY_TYPE,
     page_views::PAGE_VIEWS,
+    order_enrichment::ORDER_ENRICHMENT,
 ];
 
 /// The shipped topology called `name`.

@@ -17,6 +17,12 @@
 //! ([`TestOutputTopic`]) or raw ([`TopologyTestDriver::read_raw`]); reads
 //! consume, [`TopologyTestDriver::all_raw`] shows everything.
 //!
+//! # Global tables
+//!
+//! Each [`crate::topology::GlobalKTable`] gets an in-memory store before the
+//! tasks are built; a record piped into its topic is applied to that store at
+//! once (it reaches no task), so every later record of every task sees it.
+//!
 //! ```
 //! use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
 //! use weir::serdes::StringSerde;
@@ -203,10 +209,16 @@ impl TopologyTestDriver {
         provider: &mut dyn crate::processor::StoreProvider,
     ) -> Result<Self, DriverError> {
         let topology = Arc::new(topology);
+        let globals = crate::topology::GlobalStores::open(&topology.global_topics(), |name| {
+            Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
+                name,
+            )))
+        })?;
         let task_config = TaskConfig {
             application_id: config.application_id.clone(),
             deserialization_handler: config.deserialization_handler.clone(),
             processing_handler: config.processing_handler.clone(),
+            globals,
         };
         let mut topics = Topics {
             partition_counts: config.partition_counts.clone(),
@@ -248,6 +260,13 @@ impl TopologyTestDriver {
         timestamp: i64,
         headers: &Headers,
     ) -> Result<(), DriverError> {
+        if let Some(global) = self.task_config.globals.by_topic(topic) {
+            if let Some(key) = key {
+                global.apply(key, value)?;
+                global.flush()?;
+            }
+            return Ok(());
+        }
         let task = *self
             .topics
             .sources

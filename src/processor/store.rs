@@ -17,6 +17,7 @@
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::serdes::{Serde, SharedSerde, short_type_name};
@@ -415,9 +416,35 @@ impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
     /// All entries in key (byte) order, decoded. Reads the whole store; meant
     /// for punctuators over small stores and for tests.
     pub fn all(&self) -> Result<Vec<(K, V)>, ProcessorError> {
+        self.scan(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The entries whose encoded keys lie in `[from, to)`, in key (byte)
+    /// order, decoded. `None` leaves that end open.
+    pub fn range(&self, from: Option<&K>, to: Option<&K>) -> Result<Vec<(K, V)>, ProcessorError> {
+        let encode = |key: Option<&K>| -> Result<Option<Vec<u8>>, ProcessorError> {
+            let Some(key) = key else { return Ok(None) };
+            let mut out = Vec::new();
+            self.key_serde
+                .serialize(&self.slot.name, key, &mut out)
+                .map_err(|source| ProcessorError::Serialize {
+                    what: KeyOrValue::Key,
+                    target: self.slot.name.clone(),
+                    source,
+                })?;
+            Ok(Some(out))
+        };
+        let (from, to) = (encode(from)?, encode(to)?);
+        self.scan(
+            from.as_deref().map_or(Bound::Unbounded, Bound::Included),
+            to.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+        )
+    }
+
+    fn scan(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<Vec<(K, V)>, ProcessorError> {
         let mut cell = self.cell()?;
         let mut out = Vec::new();
-        for entry in Self::kv(&mut cell).all()? {
+        for entry in Self::kv(&mut cell).range(from, to)? {
             let (k, v) = entry?;
             let key = self
                 .key_serde

@@ -135,13 +135,18 @@ impl KafkaStreams {
             self.http = Some(server);
         }
         let state_dir = Arc::new(InstanceState::open(config, self.metrics.clone())?);
+        // Global tables are loaded in full before any stream thread starts.
+        let globals = super::global::start(config, &self.topology, self.shutdown.clone())?;
+        let mut task_config = self.task_config.clone();
+        task_config.globals = globals.stores;
+        self.threads.extend(globals.thread);
         let process_id = state_dir.process_id().to_string();
         self.state_dir = Some(state_dir.clone());
         let env = Arc::new(ThreadEnv {
             config: config.clone(),
             topology: self.topology.clone(),
             layout,
-            task_config: self.task_config.clone(),
+            task_config,
             stores: state_dir,
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),

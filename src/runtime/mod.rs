@@ -8,6 +8,7 @@
 //! * `thread.rs` — a stream thread: consumer, producer, tasks, the poll →
 //!   process → commit loop and the rebalance callbacks;
 //! * `restore.rs` — restoring stores from the changelog tail;
+//! * `global.rs` — the global thread: loads and updates global tables;
 //! * `collector.rs` — task output into the producer, changelog offsets from
 //!   delivery reports;
 //! * `stores.rs` — the state directory and the RocksDB stores of tasks;
@@ -19,6 +20,7 @@ mod buffer;
 mod clients;
 mod collector;
 mod error;
+mod global;
 mod purge;
 mod restore;
 mod standby;

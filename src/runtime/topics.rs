@@ -5,8 +5,10 @@
 //! * every user source topic must exist; Weir never creates user topics;
 //! * the source topics of one sub-topology are *co-partitioned*: equal
 //!   partition counts, so partition `p` of each lands in task `(sub, p)`;
-//! * a repartition topic gets as many partitions as the largest user source
-//!   topic, and is written and read by Weir only;
+//! * a repartition topic gets as many partitions as the user topics read
+//!   by the same sub-topology (a join after a key change: co-partitioned
+//!   with the other side), else as the largest user source topic; it is
+//!   written and read by Weir only;
 //! * a changelog topic `<application_id>-<store>-changelog` gets as many
 //!   partitions as its store's sub-topology has tasks, with
 //!   `cleanup.policy=compact`; the changelog of a window or session store
@@ -132,17 +134,26 @@ pub fn plan(
             layout.subtopology_of_topic.insert(topic, sub);
         }
     }
+    // A repartition topic read together with user topics (a join after a
+    // key change) is co-partitioned with them; any other gets the largest
+    // user topic's count.
     let repartition_partitions = max_user.max(1);
     for topic in &repartition_topics {
-        layout
-            .partitions
-            .insert(topic.clone(), repartition_partitions);
+        let partitions = layout
+            .subtopology_of_topic
+            .get(topic)
+            .and_then(|&sub| user_counts[sub as usize])
+            .unwrap_or(repartition_partitions);
+        layout.partitions.insert(topic.clone(), partitions);
     }
     for (sub, user) in user_counts.iter().enumerate() {
         let sources = topology.source_topics(sub as u32, application_id);
         let tasks = match user {
             Some(n) => {
-                if sources.iter().any(|t| is_internal(t)) && *n != repartition_partitions {
+                if sources
+                    .iter()
+                    .any(|t| is_internal(t) && layout.partitions[t] != *n)
+                {
                     return Err(StreamsError::NotCopartitioned {
                         topics: sources.clone(),
                         counts: sources.iter().map(|t| layout.partitions[t]).collect(),

@@ -41,6 +41,7 @@ pub(crate) struct BuilderInner {
     names: HashSet<String>,
     /// Late-records topics of windowed aggregations (user topics).
     pub(crate) late_topics: Vec<String>,
+    globals: Vec<super::global::GlobalDef>,
 }
 
 pub(crate) type Shared = Rc<RefCell<BuilderInner>>;
@@ -144,6 +145,12 @@ impl BuilderInner {
             serdes,
         });
         self.stores.len() - 1
+    }
+
+    /// Adds a global table (claims its store name).
+    pub(crate) fn add_global(&mut self, global: super::global::GlobalDef) {
+        self.claim(&global.store);
+        self.globals.push(global);
     }
 
     pub(crate) fn connect_store(&mut self, node: usize, store: usize) {
@@ -268,7 +275,7 @@ impl BuilderInner {
 /// assert!(topology.describe().to_string().contains("KSTREAM-FILTER-0000000001"));
 /// ```
 pub struct StreamsBuilder {
-    inner: Shared,
+    pub(crate) inner: Shared,
 }
 
 impl Default for StreamsBuilder {
@@ -294,6 +301,7 @@ impl StreamsBuilder {
                 errors: Vec::new(),
                 late_topics: Vec::new(),
                 names: HashSet::new(),
+                globals: Vec::new(),
             })),
         }
     }
@@ -362,6 +370,7 @@ impl StreamsBuilder {
             .nodes
             .iter()
             .any(|n| matches!(n.kind, NodeKind::Source { .. }))
+            && b.globals.is_empty()
         {
             return Err(TopologyError::Empty);
         }
@@ -399,6 +408,7 @@ impl StreamsBuilder {
             stores,
             subtopologies,
             late_topics,
+            globals: b.globals.clone(),
         })
     }
 }

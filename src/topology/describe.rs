@@ -61,6 +61,9 @@ pub struct SubtopologyDescription {
 pub struct TopologyDescription {
     /// The sub-topologies in id order.
     pub subtopologies: Vec<SubtopologyDescription>,
+    /// Global tables as `(store, topic)`: every instance loads them; they
+    /// have no tasks. Listed after the sub-topologies (only when present).
+    pub global_stores: Vec<(String, String)>,
 }
 
 impl Topology {
@@ -117,7 +120,10 @@ impl Topology {
                     .collect(),
             })
             .collect();
-        TopologyDescription { subtopologies }
+        TopologyDescription {
+            subtopologies,
+            global_stores: self.global_topics(),
+        }
     }
 }
 
@@ -162,6 +168,12 @@ impl fmt::Display for TopologyDescription {
                 }
             }
             writeln!(f)?;
+        }
+        for (store, topic) in &self.global_stores {
+            writeln!(
+                f,
+                "   Global store: {store} (topic: {topic}; loaded in full by every instance, no tasks)"
+            )?;
         }
         Ok(())
     }

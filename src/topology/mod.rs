@@ -50,7 +50,9 @@
 
 mod builder;
 mod describe;
+mod global;
 mod grouped;
+mod join;
 mod kstream;
 mod ktable;
 mod options;
@@ -61,7 +63,9 @@ pub use builder::StreamsBuilder;
 pub use describe::{
     NodeDescription, NodeKindDescription, SubtopologyDescription, TopologyDescription,
 };
+pub use global::{GlobalKTable, GlobalStore, GlobalStores};
 pub use grouped::KGroupedStream;
+pub use join::{JoinWindows, Joined, ListSerde};
 pub use kstream::KStream;
 pub use ktable::KTable;
 pub use options::{Consumed, Grouped, Materialized, Produced, Repartitioned};
@@ -199,6 +203,8 @@ pub(crate) enum NodeKind {
 /// Arguments for making a node instance for a task.
 pub(crate) struct NodeBuildContext<'a> {
     pub(crate) application_id: &'a str,
+    /// The loaded global stores (read by stream–global-table joins).
+    pub(crate) globals: &'a GlobalStores,
 }
 
 pub(crate) type NodeFactory =
@@ -248,6 +254,8 @@ pub struct Topology {
     pub(crate) stores: Vec<StoreDef>,
     pub(crate) subtopologies: Vec<SubtopologyDef>,
     pub(crate) late_topics: Vec<String>,
+    /// Global tables: outside every sub-topology, loaded by the runner.
+    pub(crate) globals: Vec<global::GlobalDef>,
 }
 
 impl Topology {
@@ -323,6 +331,14 @@ impl Topology {
             .iter()
             .position(|sub| sub.stores.contains(&index))
             .map(|i| i as u32)
+    }
+
+    /// `(store, source topic)` of every global table.
+    pub fn global_topics(&self) -> Vec<(String, String)> {
+        self.globals
+            .iter()
+            .map(|g| (g.store.clone(), g.topic.clone()))
+            .collect()
     }
 
     /// The names of all stores.

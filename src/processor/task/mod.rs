@@ -114,6 +114,7 @@ impl TaskInstance {
         let app = config.application_id.as_str();
         let build = NodeBuildContext {
             application_id: app,
+            globals: &config.globals,
         };
         let local_node = |global: usize| sub.nodes.iter().position(|&n| n == global);
         let local_store = |global: usize| sub.stores.iter().position(|&s| s == global);

@@ -47,6 +47,8 @@ pub struct TaskConfig {
     pub deserialization_handler: ErrorHandling,
     /// Handler for errors while processing and punctuating.
     pub processing_handler: ErrorHandling,
+    /// The application's loaded global tables (empty when it has none).
+    pub globals: crate::topology::GlobalStores,
 }
 
 impl TaskConfig {
@@ -56,6 +58,7 @@ impl TaskConfig {
             application_id: application_id.into(),
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
+            globals: Default::default(),
         }
     }
 }
