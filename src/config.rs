@@ -125,6 +125,11 @@ pub struct StreamsConfig {
     pub deserialization_handler: ErrorHandling,
     /// What to do when processing a record fails; same choices.
     pub processing_handler: ErrorHandling,
+    /// Where the HTTP server ([`crate::http`]: `/metrics`, `/health/*`,
+    /// `/topology`) listens, `ip:port` (port 0 picks a free port); `off`
+    /// (`None`, the library default) runs none. `weir run` defaults to
+    /// `127.0.0.1:9190`.
+    pub http_bind: Option<std::net::SocketAddr>,
     /// Parameters of the topology (`topology.` prefix), such as topic names
     /// of a shipped topology; the topology validates them.
     pub topology_params: BTreeMap<String, String>,
@@ -164,6 +169,7 @@ impl StreamsConfig {
             poll_ms: 100,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
+            http_bind: None,
             topology_params: BTreeMap::new(),
             client_overrides: BTreeMap::new(),
             consumer_overrides: BTreeMap::new(),
@@ -244,13 +250,24 @@ impl StreamsConfig {
             "poll_ms" => self.poll_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
+            "http_bind" => {
+                self.http_bind = match value {
+                    "off" | "none" | "" => None,
+                    _ => Some(value.parse().map_err(|_| {
+                        ConfigError::new(
+                            key,
+                            format!("'{value}' is not ip:port (for example 127.0.0.1:9190 or 0.0.0.0:0); use off to run no HTTP server"),
+                        )
+                    })?),
+                }
+            }
             _ => {
                 return Err(ConfigError::new(
                     key,
                     "unknown key; Weir keys are application_id, bootstrap_servers, \
                      num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler; librdkafka options take a kafka./consumer./producer./admin. prefix, \
+                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
                      topology parameters a topology. prefix",
                 ));
             }
@@ -429,6 +446,22 @@ mod tests {
             StreamsConfig::from_pairs(pairs).unwrap_err().key,
             "consumer.group.id"
         );
+        let mut pairs = base();
+        pairs.push(("http_bind", "localhost"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "http_bind");
+        assert!(err.to_string().contains("ip:port"), "{err}");
+    }
+
+    #[test]
+    fn http_bind_takes_an_address_or_off() {
+        let mut pairs = base();
+        pairs.push(("http_bind", "0.0.0.0:0"));
+        let c = StreamsConfig::from_pairs(pairs).unwrap();
+        assert_eq!(c.http_bind, Some("0.0.0.0:0".parse().unwrap()));
+        let mut pairs = base();
+        pairs.extend([("http_bind", "127.0.0.1:9190"), ("http_bind", "off")]);
+        assert_eq!(StreamsConfig::from_pairs(pairs).unwrap().http_bind, None);
     }
 
     #[test]

@@ -12,7 +12,10 @@
 pub mod config;
 pub mod driver;
 pub mod handler;
+pub mod http;
+pub mod metrics;
 pub mod processor;
+pub mod reset;
 pub mod runtime;
 pub mod serdes;
 pub mod state;

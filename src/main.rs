@@ -65,6 +65,20 @@ enum Command {
         #[arg(long = "set", value_name = "topology.PARAM=VALUE")]
         set: Vec<String>,
     },
+    /// Reset an application: refuse while it runs; delete its consumer group
+    /// (inputs are read again from the earliest offset), its changelog and
+    /// repartition topics, and its local state.
+    Reset {
+        /// The application to reset (its consumer group id).
+        #[arg(long)]
+        application_id: String,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+        bootstrap_servers: String,
+        /// The state directory the instances on this machine used.
+        #[arg(long, env = "WEIR_STATE_DIR", default_value = "/tmp/weir")]
+        state_dir: PathBuf,
+    },
     /// Print the latest value per key of a topic (read_committed), as `key<TAB>value`.
     Table {
         /// The topic.
@@ -176,6 +190,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 tools::generate(&bootstrap_servers, &inputs[0], t.sample, start, count, rate)?;
             eprintln!("weir: wrote {written} records to {}", inputs[0]);
         }
+        Command::Reset {
+            application_id,
+            bootstrap_servers,
+            state_dir,
+        } => {
+            let report = weir::reset::reset(&bootstrap_servers, &application_id, &state_dir)?;
+            eprintln!(
+                "weir: reset {application_id}: consumer group {}; deleted topics: {}; local state {}",
+                if report.group_deleted {
+                    "deleted (inputs restart from the earliest offset)"
+                } else {
+                    "did not exist"
+                },
+                if report.deleted_topics.is_empty() {
+                    "none".to_string()
+                } else {
+                    report.deleted_topics.join(", ")
+                },
+                match &report.removed_state_dir {
+                    Some(dir) => format!("{} removed", dir.display()),
+                    None => format!("absent under {}", state_dir.display()),
+                }
+            );
+        }
         Command::Table {
             topic,
             value,
@@ -207,6 +245,7 @@ fn settings(
     let mut pairs: BTreeMap<String, String> = BTreeMap::new();
     pairs.insert("application_id".into(), format!("weir-{topology}"));
     pairs.insert("bootstrap_servers".into(), "127.0.0.1:9092".into());
+    pairs.insert("http_bind".into(), "127.0.0.1:9190".into());
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
@@ -264,6 +303,11 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 
 fn run_until_signal(app: &mut KafkaStreams) -> Result<ExitCode> {
     app.start()?;
+    if let Some(addr) = app.http_addr() {
+        eprintln!(
+            "weir: metrics at http://{addr}/metrics (health: /health/ready, topology: /topology)"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

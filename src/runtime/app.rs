@@ -12,6 +12,8 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
 use crate::config::StreamsConfig;
+use crate::http::{Endpoints, HttpServer};
+use crate::metrics::Metrics;
 use crate::processor::TaskConfig;
 use crate::topology::Topology;
 
@@ -29,6 +31,8 @@ pub struct KafkaStreams {
     threads: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<Arc<StreamsError>>>>,
     state_dir: Option<Arc<InstanceState>>,
+    metrics: Arc<Metrics>,
+    http: Option<HttpServer>,
     buffer_stats: Arc<BufferStats>,
 }
 
@@ -39,7 +43,6 @@ impl KafkaStreams {
         let task_config = config.task_config();
         Ok(KafkaStreams {
             topology: Arc::new(topology),
-            config,
             task_config,
             state: StateCell::new(),
             shutdown: Arc::new(AtomicBool::new(false)),
@@ -47,6 +50,9 @@ impl KafkaStreams {
             error: Arc::new(Mutex::new(None)),
             state_dir: None,
             buffer_stats: Arc::new(BufferStats::default()),
+            metrics: Arc::new(Metrics::new(&config.application_id)),
+            http: None,
+            config,
         })
     }
 
@@ -57,6 +63,11 @@ impl KafkaStreams {
     ) {
         let listener: StateListener = Box::new(listener);
         self.state.add_listener(listener);
+    }
+
+    /// This instance's metrics (see [`crate::metrics`]).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The current state.
@@ -109,7 +120,21 @@ impl KafkaStreams {
         ))?;
         let purger = Purger::start(admin)?;
 
-        let state_dir = Arc::new(InstanceState::open(config)?);
+        if let Some(bind) = config.http_bind {
+            let description = self.topology.describe();
+            let endpoints = Endpoints {
+                metrics: self.metrics.clone(),
+                state: self.state.clone(),
+                topology_text: description.to_string(),
+                topology_mermaid: description.to_mermaid(),
+            };
+            let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {
+                context: "starting the HTTP server (http_bind)",
+                source,
+            })?;
+            self.http = Some(server);
+        }
+        let state_dir = Arc::new(InstanceState::open(config, self.metrics.clone())?);
         // Global tables are loaded in full before any stream thread starts.
         let globals = super::global::start(config, &self.topology, self.shutdown.clone())?;
         let mut task_config = self.task_config.clone();
@@ -126,6 +151,7 @@ impl KafkaStreams {
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),
             rebalancing: Arc::new(AtomicUsize::new(0)),
+            metrics: self.metrics.clone(),
             buffer_stats: self.buffer_stats.clone(),
             purger,
             standbys: Arc::new(StandbyRegistry::default()),
@@ -200,7 +226,14 @@ impl KafkaStreams {
             self.state.transition(AppState::NotRunning);
         }
         self.state_dir = None;
+        self.http = None;
         true
+    }
+
+    /// The address the HTTP server ([`crate::http`]) listens on, once
+    /// started; `None` when `http_bind` is off.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(HttpServer::addr)
     }
 }
 

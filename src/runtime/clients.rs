@@ -50,6 +50,8 @@ pub(crate) fn consumer(
         // A crashed instance's partitions move after 10 s (librdkafka's default is 45 s).
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "2000")
+        // Consumer lag per partition (crate::metrics::LagMeter).
+        .set("statistics.interval.ms", "5000")
         .set(
             "isolation.level",
             if config.is_exactly_once() {

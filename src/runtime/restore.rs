@@ -15,6 +15,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use crate::metrics::RestoreMeter;
 use crate::processor::TaskInstance;
 
 /// Restored records between two store commits.
@@ -31,11 +32,12 @@ pub struct RestoreStats {
 }
 
 /// Restores every logged store of `task` (still `Created`) from partition
-/// `task.id().partition` of its changelog.
+/// `task.id().partition` of its changelog, reporting progress to `meter`.
 pub(crate) fn restore_task(
     task: &mut TaskInstance,
     consumer: &BaseConsumer,
     timeout: Duration,
+    meter: &mut RestoreMeter,
 ) -> Result<RestoreStats, StreamsError> {
     let partition = task.id().partition;
     let changelogs: Vec<(String, String)> = task
@@ -70,6 +72,7 @@ pub(crate) fn restore_task(
         if start >= high {
             continue;
         }
+        meter.store_started(store, (high - start) as u64);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, Offset::Offset(start))
             .map_err(|e| StreamsError::kafka("building the restore assignment", e))?;
@@ -83,6 +86,7 @@ pub(crate) fn restore_task(
                 Some(Ok(m)) => {
                     task.restore(store, m.key().unwrap_or_default(), m.payload())?;
                     stats.restored += 1;
+                    meter.record();
                     last = Some(m.offset());
                     if stats.restored % RESTORE_COMMIT_RECORDS == 0 {
                         // Bound the open writes; a crash here resumes from this offset.
@@ -111,6 +115,7 @@ pub(crate) fn restore_task(
                 ));
             }
         }
+        meter.finish_store();
         if let Some(last) = last {
             last_offsets.insert(topic.clone(), last);
         }

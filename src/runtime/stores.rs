@@ -11,6 +11,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::config::StreamsConfig;
+use crate::metrics::Metrics;
+use crate::metrics::store::{MeteredKeyValueStore, MeteredSessionStore, MeteredWindowStore};
 use crate::processor::{StoreProvider, StoreSpec, TaskId};
 use crate::state::{
     KeyValueStore, RocksDbMemory, SessionStore, StateConfig, StateDirectory, StoreError,
@@ -23,12 +25,13 @@ pub(crate) struct InstanceState {
     process_id: String,
     memory: RocksDbMemory,
     state_config: StateConfig,
+    metrics: Arc<Metrics>,
 }
 
 impl InstanceState {
     /// Opens and locks `<state_dir>/<application_id>`; fails when another
     /// instance holds it.
-    pub(crate) fn open(config: &StreamsConfig) -> Result<Self, StoreError> {
+    pub(crate) fn open(config: &StreamsConfig, metrics: Arc<Metrics>) -> Result<Self, StoreError> {
         let state_config = StateConfig {
             state_dir: config.state_dir.clone(),
             memory_budget_bytes: config.state_memory_budget_bytes,
@@ -42,6 +45,7 @@ impl InstanceState {
             dir: Mutex::new(dir),
             process_id,
             state_config,
+            metrics,
         })
     }
 
@@ -111,14 +115,20 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn WindowStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        open_window_store(
+        let store = open_window_store(
             self.state.state_config.default_backend,
             &self.store_dir(task, spec)?,
             spec.name,
             &self.state.memory,
             retention_ms,
             segment_ms,
-        )
+        )?;
+        let metrics = self.state.metrics.clone();
+        Ok(Box::new(MeteredWindowStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 
     fn session_store(
@@ -127,14 +137,20 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn SessionStore>, StoreError> {
         let (retention_ms, segment_ms) = spec.retention()?;
-        open_session_store(
+        let store = open_session_store(
             self.state.state_config.default_backend,
             &self.store_dir(task, spec)?,
             spec.name,
             &self.state.memory,
             retention_ms,
             segment_ms,
-        )
+        )?;
+        let metrics = self.state.metrics.clone();
+        Ok(Box::new(MeteredSessionStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 
     fn key_value_store(
@@ -143,11 +159,17 @@ impl StoreProvider for TaskStoreProvider {
         spec: &StoreSpec<'_>,
     ) -> Result<Box<dyn KeyValueStore>, StoreError> {
         let path = self.store_dir(task, spec)?;
-        open_key_value_store(
+        let store = open_key_value_store(
             self.state.state_config.default_backend,
             &path,
             spec.name,
             &self.state.memory,
-        )
+        )?;
+        let metrics = self.state.metrics.clone();
+        Ok(Box::new(MeteredKeyValueStore::new(
+            store,
+            metrics,
+            &task.to_string(),
+        )))
     }
 }

@@ -47,6 +47,7 @@ use super::stores::InstanceState;
 use super::topics::TopicLayout;
 use super::{AppState, StateCell, StreamsError};
 use crate::config::StreamsConfig;
+use crate::metrics::{LagMeter, Metrics, RestoreMeter, ThreadMeter};
 use crate::processor::{Headers, InputRecord, TaskConfig, TaskId, TaskInstance};
 use crate::topology::Topology;
 
@@ -69,6 +70,7 @@ pub(crate) struct ThreadEnv {
     pub(crate) shutdown: Arc<AtomicBool>,
     /// Threads currently between a revocation and the end of restoration.
     pub(crate) rebalancing: Arc<AtomicUsize>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Input buffer counters of all threads.
     pub(crate) buffer_stats: Arc<BufferStats>,
     /// Deletes consumed records of repartition topics.
@@ -94,6 +96,7 @@ pub(crate) struct Core {
     assignment: Vec<(String, i32)>,
     fatal: Option<StreamsError>,
     in_rebalance: bool,
+    meter: ThreadMeter,
     /// Committed offsets of repartition partitions not yet purged.
     purgeable: PurgeOffsets,
     last_purge: Instant,
@@ -198,6 +201,7 @@ impl Core {
         self.note_purgeable();
         self.offsets.clear();
         self.dirty = false;
+        self.meter.commit_done(started, self.exactly_once());
         tracing::debug!(
             thread = self.thread,
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -228,6 +232,7 @@ impl Core {
     fn abort(&mut self) {
         tracing::debug!(thread = self.thread, txn_open = self.txn_open, "aborting");
         if self.txn_open {
+            self.meter.transaction_aborted();
             // librdkafka waits for the delivery reports of purged records
             // before it aborts, and a BaseProducer only delivers them while
             // polled: purge, serve them, then abort.
@@ -248,6 +253,7 @@ impl Core {
     }
 
     fn close_tasks(&mut self) {
+        self.meter.tasks_closed();
         for (id, mut task) in std::mem::take(&mut self.tasks) {
             if let Err(e) = task.close() {
                 tracing::warn!(task = %id, error = %e, "closing task failed");
@@ -303,7 +309,14 @@ impl Core {
                 }
             };
             let started = Instant::now();
-            let stats = restore_task(&mut task, &self.restore_consumer, Duration::from_secs(300))?;
+            let mut meter = RestoreMeter::start(self.env.metrics.clone(), id.to_string());
+            let stats = restore_task(
+                &mut task,
+                &self.restore_consumer,
+                Duration::from_secs(300),
+                &mut meter,
+            )?;
+            drop(meter);
             if stats.changelog_size > 0 {
                 tracing::info!(
                     task = %id,
@@ -384,9 +397,14 @@ fn wall_clock_ms() -> i64 {
 pub(crate) struct RebalanceContext {
     core: Arc<Mutex<Option<Core>>>,
     env: Arc<ThreadEnv>,
+    lag: LagMeter,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.lag.update(&statistics);
+    }
+}
 
 impl RebalanceContext {
     fn lock(&self) -> MutexGuard<'_, Option<Core>> {
@@ -394,6 +412,7 @@ impl RebalanceContext {
     }
 
     fn enter_rebalance(&self, core: &mut Core) {
+        core.meter.rebalance_started();
         if !core.in_rebalance {
             core.in_rebalance = true;
             self.env.rebalancing.fetch_add(1, Ordering::SeqCst);
@@ -402,6 +421,7 @@ impl RebalanceContext {
     }
 
     fn leave_rebalance(&self, core: &mut Core) {
+        core.meter.rebalance_finished();
         if core.in_rebalance {
             core.in_rebalance = false;
             if self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -496,12 +516,14 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         assignment: Vec::new(),
         fatal: None,
         in_rebalance: false,
+        meter: ThreadMeter::new(env.metrics.clone(), index),
         purgeable: PurgeOffsets::new(),
         last_purge: Instant::now(),
     })));
     let context = RebalanceContext {
         core: core.clone(),
         env: env.clone(),
+        lag: LagMeter::new(env.metrics.clone()),
     };
     let consumer: BaseConsumer<RebalanceContext> =
         super::clients::consumer(config, index, process_id, context)?;
@@ -576,6 +598,7 @@ fn main_loop<'c>(
             poll_timeout
         };
         batch.clear();
+        let poll_started = Instant::now();
         if let Some(first) = consumer.poll(timeout) {
             batch.push(first.map_err(|e| StreamsError::kafka("polling", e))?);
             while batch.len() < MAX_BATCH {
@@ -587,6 +610,7 @@ fn main_loop<'c>(
         }
         let mut guard = lock_core(core);
         let c = guard.as_mut().expect("core present");
+        c.meter.poll_done(poll_started);
         if let Some(e) = c.fatal.take() {
             return Err(e);
         }
@@ -630,6 +654,7 @@ fn main_loop<'c>(
                 producer,
                 offsets,
                 env: core_env,
+                meter,
                 dirty,
                 ..
             } = &mut *c;
@@ -672,6 +697,7 @@ fn main_loop<'c>(
                         failed = Some(e);
                         break 'tasks;
                     }
+                    meter.record(id, input.timestamp);
                     let partitions = match offsets.get_mut(topic) {
                         Some(p) => p,
                         None => offsets.entry(topic.to_string()).or_default(),
@@ -707,6 +733,8 @@ fn main_loop<'c>(
                 c.dirty = true;
             }
         }
+        c.meter
+            .batch_done(c.tasks.iter().map(|(id, t)| (id, t.metrics())));
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             match c.commit(consumer) {

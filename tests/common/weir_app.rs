@@ -30,7 +30,10 @@ impl WeirApp {
             .arg("--set")
             .arg(format!("bootstrap_servers={}", super::bootstrap()))
             .arg("--set")
-            .arg(format!("state_dir={}", state_dir.display()));
+            .arg(format!("state_dir={}", state_dir.display()))
+            // Many children run at once: each HTTP server on a free port.
+            .arg("--set")
+            .arg("http_bind=127.0.0.1:0");
         for s in settings {
             cmd.arg("--set").arg(s);
         }

@@ -1,0 +1,310 @@
+//! [`ThreadMeter`]: the metric handles of one stream thread and its tasks.
+//!
+//! The stream thread owns its meter (no lock). Per record it calls
+//! [`ThreadMeter::record`], which only compares the task id with the previous
+//! record's and pushes the record timestamp into a reused buffer. When the
+//! task changes, and at the end of the batch, the run of records of one task
+//! (a *segment*) is closed: one clock read gives the segment's processing
+//! time (busy time of that task) and the sink time of its records (end-to-end
+//! latency, observed into a thread-local histogram). [`ThreadMeter::batch_done`]
+//! publishes everything to the shared families once per loop iteration.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus::local::LocalHistogram;
+use prometheus::{Gauge, Histogram, IntCounter};
+
+use super::Metrics;
+use crate::processor::{TaskId, TaskMetrics};
+
+/// The shortest window over which a busy ratio is computed.
+const BUSY_WINDOW: Duration = Duration::from_secs(1);
+
+/// Handles of one task, resolved when the task first processes a record.
+struct TaskMeter {
+    label: String,
+    processed: IntCounter,
+    late: IntCounter,
+    deserialization: IntCounter,
+    processing: IntCounter,
+    e2e: LocalHistogram,
+    busy_ratio: Gauge,
+    busy: Duration,
+    /// The task's counters as last published.
+    seen: TaskMetrics,
+}
+
+/// Metric handles of one stream thread; see the module docs.
+pub struct ThreadMeter {
+    metrics: Arc<Metrics>,
+    thread: String,
+    polls: IntCounter,
+    poll_seconds: Histogram,
+    process_seconds: Histogram,
+    processed: IntCounter,
+    commit_seconds: Histogram,
+    committed: IntCounter,
+    aborted: IntCounter,
+    rebalances: IntCounter,
+    rebalance_seconds: Histogram,
+    rebalance_started: Option<Instant>,
+    tasks: BTreeMap<TaskId, TaskMeter>,
+    /// The task of the open segment, when it has a meter.
+    current: Option<TaskId>,
+    segment_start: Instant,
+    /// Timestamps (ms) of the open segment's records.
+    timestamps: Vec<i64>,
+    batch_start: Option<Instant>,
+    window_start: Instant,
+}
+
+impl ThreadMeter {
+    /// Resolves the handles of stream thread `index`.
+    pub fn new(metrics: Arc<Metrics>, index: usize) -> Self {
+        let thread = index.to_string();
+        let t = &[thread.as_str()];
+        ThreadMeter {
+            polls: metrics.thread_polls.with_label_values(t),
+            poll_seconds: metrics.thread_poll_seconds.with_label_values(t),
+            process_seconds: metrics.thread_process_seconds.with_label_values(t),
+            processed: metrics.thread_processed.with_label_values(t),
+            commit_seconds: metrics.thread_commit_seconds.with_label_values(t),
+            committed: metrics
+                .transactions
+                .with_label_values(&[thread.as_str(), "committed"]),
+            aborted: metrics
+                .transactions
+                .with_label_values(&[thread.as_str(), "aborted"]),
+            rebalances: metrics.rebalances.with_label_values(t),
+            rebalance_seconds: metrics.rebalance_seconds.with_label_values(t),
+            // A thread starts by joining the group: its first rebalance.
+            rebalance_started: Some(Instant::now()),
+            tasks: BTreeMap::new(),
+            current: None,
+            segment_start: Instant::now(),
+            timestamps: Vec::with_capacity(1024),
+            batch_start: None,
+            window_start: Instant::now(),
+            thread,
+            metrics,
+        }
+    }
+
+    /// A poll that started at `started` returned.
+    pub fn poll_done(&mut self, started: Instant) {
+        self.polls.inc();
+        super::observe(&self.poll_seconds, started);
+    }
+
+    /// Task `id` processed a record with timestamp `timestamp_ms`.
+    #[inline]
+    pub fn record(&mut self, id: TaskId, timestamp_ms: i64) {
+        if self.current != Some(id) {
+            let now = Instant::now();
+            self.close_segment(now);
+            self.batch_start.get_or_insert(now);
+            if !self.tasks.contains_key(&id) {
+                let meter = self.task_meter(id);
+                self.tasks.insert(id, meter);
+            }
+            self.current = Some(id);
+            self.segment_start = now;
+        }
+        self.timestamps.push(timestamp_ms);
+    }
+
+    fn task_meter(&self, id: TaskId) -> TaskMeter {
+        let label = id.to_string();
+        let m = &self.metrics;
+        let dropped = |reason: &str| m.task_dropped.with_label_values(&[label.as_str(), reason]);
+        TaskMeter {
+            processed: m.task_processed.with_label_values(&[label.as_str()]),
+            late: dropped("late"),
+            deserialization: dropped("deserialization_error"),
+            processing: dropped("processing_error"),
+            e2e: m
+                .task_e2e_seconds
+                .with_label_values(&[label.as_str()])
+                .local(),
+            busy_ratio: m.task_busy_ratio.with_label_values(&[label.as_str()]),
+            busy: Duration::ZERO,
+            seen: TaskMetrics::default(),
+            label,
+        }
+    }
+
+    /// Closes the open segment: busy time and end-to-end latencies.
+    fn close_segment(&mut self, now: Instant) {
+        let Some(id) = self.current.take() else {
+            return;
+        };
+        let Some(task) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        task.busy += now.saturating_duration_since(self.segment_start);
+        let sink_ms = wall_clock_ms();
+        for &ts in &self.timestamps {
+            if ts >= 0 {
+                task.e2e.observe((sink_ms - ts).max(0) as f64 / 1000.0);
+            }
+        }
+        self.timestamps.clear();
+    }
+
+    /// Publishes the loop iteration: closes the open segment, records the
+    /// batch's processing time, and adds each task's counters (read from
+    /// [`crate::processor::TaskInstance::metrics`]) since the last call.
+    pub fn batch_done<'a>(&mut self, tasks: impl Iterator<Item = (&'a TaskId, TaskMetrics)>) {
+        let now = Instant::now();
+        self.close_segment(now);
+        if let Some(started) = self.batch_start.take() {
+            self.process_seconds
+                .observe(now.saturating_duration_since(started).as_secs_f64());
+        }
+        let mut processed = 0;
+        for (id, counters) in tasks {
+            let meter = match self.tasks.get_mut(id) {
+                Some(m) => m,
+                None if counters == TaskMetrics::default() => continue,
+                None => {
+                    let meter = self.task_meter(*id);
+                    self.tasks.entry(*id).or_insert(meter)
+                }
+            };
+            let seen = meter.seen;
+            let delta = |now: u64, before: u64| now.saturating_sub(before);
+            let p = delta(counters.processed, seen.processed);
+            meter.processed.inc_by(p);
+            processed += p;
+            meter
+                .late
+                .inc_by(delta(counters.late_dropped, seen.late_dropped));
+            meter.deserialization.inc_by(delta(
+                counters.skipped_deserialization,
+                seen.skipped_deserialization,
+            ));
+            meter
+                .processing
+                .inc_by(delta(counters.skipped_processing, seen.skipped_processing));
+            meter.seen = counters;
+            meter.e2e.flush();
+        }
+        self.processed.inc_by(processed);
+        let window = now.saturating_duration_since(self.window_start);
+        if window >= BUSY_WINDOW {
+            for meter in self.tasks.values_mut() {
+                meter
+                    .busy_ratio
+                    .set((meter.busy.as_secs_f64() / window.as_secs_f64()).min(1.0));
+                meter.busy = Duration::ZERO;
+            }
+            self.window_start = now;
+        }
+    }
+
+    /// A commit that started at `started` finished; `transaction` when it
+    /// committed a Kafka transaction.
+    pub fn commit_done(&mut self, started: Instant, transaction: bool) {
+        super::observe(&self.commit_seconds, started);
+        if transaction {
+            self.committed.inc();
+        }
+    }
+
+    /// An open transaction was aborted.
+    pub fn transaction_aborted(&mut self) {
+        self.aborted.inc();
+    }
+
+    /// The thread entered a rebalance (revocation, or joining the group).
+    pub fn rebalance_started(&mut self) {
+        self.rebalance_started.get_or_insert_with(Instant::now);
+    }
+
+    /// The thread's new tasks are restored and initialized.
+    pub fn rebalance_finished(&mut self) {
+        if let Some(started) = self.rebalance_started.take() {
+            self.rebalances.inc();
+            super::observe(&self.rebalance_seconds, started);
+        }
+    }
+
+    /// The thread's tasks were closed: their series are removed (see the
+    /// module docs of [`crate::metrics`]).
+    pub fn tasks_closed(&mut self) {
+        self.current = None;
+        self.timestamps.clear();
+        let m = &self.metrics;
+        for (_, meter) in std::mem::take(&mut self.tasks) {
+            meter.e2e.flush();
+            let task = [meter.label.as_str()];
+            let _ = m.task_processed.remove_label_values(&task);
+            let _ = m.task_e2e_seconds.remove_label_values(&task);
+            let _ = m.task_busy_ratio.remove_label_values(&task);
+            for reason in ["late", "deserialization_error", "processing_error"] {
+                let _ = m
+                    .task_dropped
+                    .remove_label_values(&[meter.label.as_str(), reason]);
+            }
+        }
+    }
+
+    /// The thread's label value.
+    pub fn thread_label(&self) -> &str {
+        &self.thread
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(partition: i32) -> TaskId {
+        TaskId {
+            subtopology: 0,
+            partition,
+        }
+    }
+
+    #[test]
+    fn a_batch_publishes_processed_counts_latency_and_drops() {
+        let metrics = Arc::new(Metrics::new("app"));
+        let mut meter = ThreadMeter::new(metrics.clone(), 0);
+        let now = wall_clock_ms();
+        meter.record(id(0), now - 2_000);
+        meter.record(id(0), now - 2_000);
+        meter.record(id(1), now - 500);
+        let counters = |processed, late| TaskMetrics {
+            processed,
+            late_dropped: late,
+            ..TaskMetrics::default()
+        };
+        let tasks = [(id(0), counters(2, 0)), (id(1), counters(1, 3))];
+        meter.batch_done(tasks.iter().map(|(i, c)| (i, *c)));
+        let e2e = metrics.task_e2e_seconds.with_label_values(&["0_0"]);
+        assert_eq!(e2e.get_sample_count(), 2);
+        assert!(e2e.get_sample_sum() >= 4.0, "{}", e2e.get_sample_sum());
+        assert_eq!(
+            metrics
+                .task_dropped
+                .with_label_values(&["0_1", "late"])
+                .get(),
+            3
+        );
+        assert_eq!(metrics.thread_processed.with_label_values(&["0"]).get(), 3);
+        // A second publication with unchanged counters adds nothing.
+        meter.batch_done(tasks.iter().map(|(i, c)| (i, *c)));
+        assert_eq!(metrics.thread_processed.with_label_values(&["0"]).get(), 3);
+        meter.tasks_closed();
+        assert!(!metrics.encode_text().contains("task=\"0_0\""));
+    }
+}

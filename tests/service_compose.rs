@@ -1,0 +1,189 @@
+//! The compose stack, checked without a Docker engine: `docker-compose.yml`
+//! and the Prometheus/Grafana provisioning files are parsed with a real YAML
+//! parser (Python's PyYAML, through `python3`; install `python3-yaml` if
+//! missing), and what they refer to must exist and agree: mounted paths,
+//! the Dockerfile's inputs, the HTTP port Prometheus scrapes, the dashboard
+//! directory Grafana loads, the datasource uid the dashboards use, the
+//! topology and topics the services run.
+//!
+//! `docker compose config` (the compose plugin) and `docker build` cannot
+//! run on a machine without them; this test is what runs instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Parses a YAML file into JSON with PyYAML's `safe_load` (merge keys included).
+fn yaml(path: &Path) -> Value {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("running python3 (install python3 and python3-yaml)");
+    assert!(
+        output.status.success(),
+        "parsing {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The port of `WEIR_HTTP_BIND=<ip>:<port>` in the Dockerfile.
+fn image_http_port(dockerfile: &str) -> u16 {
+    dockerfile
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("WEIR_HTTP_BIND="))
+        .and_then(|bind| bind.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .expect("the Dockerfile sets WEIR_HTTP_BIND=<ip>:<port>")
+}
+
+#[test]
+fn the_compose_stack_is_consistent() {
+    let compose = yaml(&root().join("docker-compose.yml"));
+    let services = compose["services"].as_object().expect("services");
+    for name in [
+        "kafka",
+        "topics",
+        "generator",
+        "weir",
+        "prometheus",
+        "grafana",
+    ] {
+        assert!(services.contains_key(name), "service {name} missing");
+    }
+
+    // Kafka: KRaft, transactions on one node.
+    let kafka = &services["kafka"]["environment"];
+    assert!(
+        kafka["KAFKA_PROCESS_ROLES"]
+            .as_str()
+            .unwrap()
+            .contains("controller")
+    );
+    assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"], "1");
+    assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"], "1");
+
+    // Weir: 3 replicas of a shipped topology, built from this Dockerfile.
+    let weir = &services["weir"];
+    assert_eq!(weir["deploy"]["replicas"], 3);
+    let command = strings(&weir["command"]);
+    assert_eq!(command[0], "run");
+    let topology = weir::topologies::find(&command[1])
+        .unwrap_or_else(|| panic!("compose runs unknown topology {}", command[1]));
+    assert_eq!(weir["build"], ".");
+    assert!(root().join("Dockerfile").exists());
+    let generator = strings(&services["generator"]["command"]);
+    assert_eq!(&generator[..2], ["generate", topology.name]);
+    assert_eq!(
+        services["generator"]["environment"]["WEIR_BOOTSTRAP_SERVERS"],
+        weir["environment"]["WEIR_BOOTSTRAP_SERVERS"]
+    );
+    let params = topology.params(&Default::default()).unwrap();
+    let topics_command = strings(&services["topics"]["command"]).join(" ");
+    for topic in topology
+        .input_topics(&params)
+        .iter()
+        .chain(&topology.output_topics(&params))
+    {
+        assert!(
+            topics_command.contains(topic.as_str()),
+            "the topics service does not create {topic}"
+        );
+    }
+
+    // Every host path mounted into a container exists.
+    for (name, service) in services {
+        for volume in strings(&service["volumes"]) {
+            let host = volume.split(':').next().unwrap();
+            if host.starts_with("./") {
+                assert!(
+                    root().join(host).exists(),
+                    "service {name} mounts missing {host}"
+                );
+            }
+        }
+    }
+
+    // The Dockerfile copies what the build needs and listens where Prometheus scrapes.
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    for line in dockerfile
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for source in &words[1..words.len() - 1] {
+            assert!(
+                root().join(source).exists(),
+                "Dockerfile copies missing {source}"
+            );
+        }
+    }
+    assert!(dockerfile.contains("--bin weir"));
+    let port = image_http_port(&dockerfile);
+    assert!(strings(&weir["expose"]).contains(&port.to_string()));
+    let prometheus_mount = strings(&services["prometheus"]["volumes"])
+        .into_iter()
+        .find(|v| v.contains("prometheus.yml"))
+        .expect("prometheus config mounted");
+    let prometheus = yaml(&root().join(prometheus_mount.split(':').next().unwrap()));
+    let sd = &prometheus["scrape_configs"][0]["dns_sd_configs"][0];
+    assert_eq!(strings(&sd["names"]), ["weir"]);
+    assert_eq!(sd["port"], port);
+
+    // Grafana loads dashboards/ from where compose mounts it, with the datasource uid they use.
+    let grafana_volumes = strings(&services["grafana"]["volumes"]);
+    let dashboards_target = grafana_volumes
+        .iter()
+        .find_map(|v| v.strip_prefix("./dashboards:"))
+        .map(|t| t.trim_end_matches(":ro"))
+        .expect("dashboards/ mounted into grafana");
+    let provisioning = grafana_volumes
+        .iter()
+        .find_map(|v| v.strip_suffix(":/etc/grafana/provisioning:ro"))
+        .expect("provisioning mounted");
+    let provider = yaml(&root().join(provisioning).join("dashboards/weir.yml"));
+    assert_eq!(
+        provider["providers"][0]["options"]["path"],
+        dashboards_target
+    );
+    let datasource = yaml(&root().join(provisioning).join("datasources/prometheus.yml"));
+    let uid = datasource["datasources"][0]["uid"].as_str().unwrap();
+    for entry in std::fs::read_dir(root().join("dashboards")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let dashboard: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            assert_eq!(
+                panel["datasource"]["uid"],
+                uid,
+                "{}: panel {} uses another datasource",
+                path.display(),
+                panel["title"]
+            );
+        }
+    }
+}
