@@ -1,19 +1,16 @@
 //! Re-keying on the real broker: `events-by-type` (`select_key` →
 //! `group_by_key` → `count`) goes through its repartition topic, stays exact
 //! under exactly-once through 5 SIGKILLs, and the consumed part of the
-//! repartition topic is purged. Small input buffers pause and resume
-//! partitions without losing or repeating a record.
+//! repartition topic is purged.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::counting::{Fixture, crash_run, output_counts, serial};
+use common::counting::{Fixture, crash_run, serial};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use weir::config::StreamsConfig;
-use weir::runtime::{AppState, KafkaStreams};
 use weir::topologies::events_by_type::{self, EVENTS_BY_TYPE};
 
 /// The true count per event type of the first `n` sample events, computed
@@ -93,52 +90,4 @@ fn select_key_count_is_exact_through_five_sigkills_and_purges_its_repartition_to
             "never purged past the committed offset: {state:?}"
         );
     }
-}
-
-#[test]
-fn full_buffers_pause_and_resume_partitions_without_losing_records() {
-    let _serial = serial();
-    let f = Fixture::new("ebt-buffers", &EVENTS_BY_TYPE);
-    let n = 40_000;
-    f.produce(0, n);
-    let mut pairs: Vec<(String, String)> = f
-        .settings("exactly_once_v2")
-        .into_iter()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_string(), v.to_string())
-        })
-        .collect();
-    let state = tempfile::tempdir().unwrap();
-    pairs.extend([
-        ("bootstrap_servers".to_string(), common::bootstrap()),
-        ("state_dir".to_string(), state.path().display().to_string()),
-        (
-            "buffered_records_per_partition".to_string(),
-            "20".to_string(),
-        ),
-    ]);
-    let config = StreamsConfig::from_pairs(pairs).unwrap();
-    let params = EVENTS_BY_TYPE
-        .params(&config.topology_params)
-        .expect("params");
-    let topology = (EVENTS_BY_TYPE.build)(&params).unwrap();
-    let mut streams = KafkaStreams::new(topology, config).unwrap();
-    streams.start().unwrap();
-    let truth = true_counts(n);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let counts = loop {
-        let counts = output_counts(&f.output);
-        if counts == truth || Instant::now() > deadline {
-            break counts;
-        }
-        assert_ne!(streams.state(), AppState::Error, "{:?}", streams.error());
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let stats = streams.buffer_stats();
-    assert!(streams.close(Duration::from_secs(30)));
-    println!("buffers (bound 20 records per partition): {stats:?}");
-    assert_eq!(counts, truth, "pausing and resuming loses nothing");
-    assert!(stats.paused > 0, "full partitions were paused: {stats:?}");
-    assert!(stats.resumed > 0, "drained partitions resumed: {stats:?}");
 }

@@ -12,9 +12,13 @@
 //! * When one of a task's partitions has nothing buffered, the task waits up
 //!   to `max_task_idle_ms` for it before processing the others ("enforced
 //!   processing"); with the default 0 it never waits.
-//! * Buffers are **bounded**: a partition whose queue reaches
-//!   `buffered_records_per_partition` is reported for pausing, and for
-//!   resuming once its queue drops below that bound again. The bound is soft:
+//! * Buffers are **bounded**: a partition whose queue still holds
+//!   `buffered_records_per_partition` records after the tasks took what they
+//!   could is reported for pausing, and for resuming once its queue drops
+//!   below that bound again. Tasks drain their queues every loop iteration,
+//!   so this happens while a task waits for an empty partition
+//!   (`max_task_idle_ms`); pausing is not free (librdkafka drops what it
+//!   prefetched for the partition and fetches it again on resume). The bound is soft:
 //!   records librdkafka already fetched may still arrive after the pause and
 //!   are kept (never dropped).
 //! * Buffers belong to one consumer generation: a rebalance or a rewind

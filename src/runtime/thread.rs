@@ -51,11 +51,8 @@ use crate::metrics::{LagMeter, Metrics, RestoreMeter, ThreadMeter};
 use crate::processor::{Headers, InputRecord, TaskConfig, TaskId, TaskInstance};
 use crate::topology::Topology;
 
-/// Records taken from the consumer per poll round, and processed per loop
-/// iteration over all tasks, at most.
+/// Records taken from the consumer per poll round at most.
 const MAX_BATCH: usize = 1000;
-/// Records a task may process per loop iteration at least.
-const MIN_TASK_BUDGET: usize = 100;
 /// Timeout of transactional and flush calls.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -636,7 +633,6 @@ fn main_loop<'c>(
             let (topic, partition) = (message.topic().to_owned(), message.partition());
             buffers.push(id, &topic, partition, message);
         }
-        set_paused(consumer, &buffers.take_full(&env.buffer_stats), true);
         // Processing and punctuation output both need the transaction
         // (beginning one is local to librdkafka until a record is sent).
         if let Err(e) = c.begin_if_needed() {
@@ -663,14 +659,16 @@ fn main_loop<'c>(
                 partitions: &core_env.layout.partitions,
             };
             let ready = buffers.tasks_with_records();
-            let budget = (MAX_BATCH / ready.len().max(1)).max(MIN_TASK_BUDGET);
             let now = Instant::now();
             let mut failed = None;
             'tasks: for id in ready {
                 let Some(task) = tasks.get_mut(&id) else {
                     continue;
                 };
-                for _ in 0..budget {
+                // A task drains what it can take now, so buffers fill (and
+                // partitions pause) only while a task waits for an empty
+                // partition or falls behind a poll round.
+                loop {
                     let Some(message) = buffers.next(id, now) else {
                         break;
                     };
@@ -710,6 +708,9 @@ fn main_loop<'c>(
             }
             set_paused(consumer, &buffers.take_drained(&env.buffer_stats), false);
         }
+        // What the tasks could not take now (they wait for an empty
+        // partition) stays buffered; a partition at the bound stops fetching.
+        set_paused(consumer, &buffers.take_full(&env.buffer_stats), true);
         // Wall-clock punctuation.
         let now = wall_clock_ms();
         {
