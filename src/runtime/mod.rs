@@ -5,8 +5,12 @@
 //! * [`KafkaStreams`] (`app.rs`) — the application object and its states
 //!   (`state.rs`);
 //! * `topics.rs` — source topic checks and internal topic creation;
-//! * `thread.rs` — a stream thread: consumer, producer, tasks, the poll →
-//!   process → commit loop and the rebalance callbacks;
+//! * `thread/` — a stream thread: consumer, producer, tasks (`mod.rs`), the
+//!   poll → process → commit loop (`process.rs`), commit/abort and the task
+//!   lifecycle (`lifecycle.rs`), the rebalance callbacks (`rebalance.rs`);
+//! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
+//! * `purge.rs` — deleting consumed repartition records;
+//! * `standby.rs` — standby replicas;
 //! * `restore.rs` — restoring stores from the changelog tail;
 //! * `global.rs` — the global thread: loads and updates global tables;
 //! * `collector.rs` — task output into the producer, changelog offsets from
