@@ -87,7 +87,7 @@ fn scale_out_and_in_keeps_counts_exact() {
     let gaps = watcher.join().unwrap();
     for (at, gap) in &gaps {
         println!(
-            "output pause of {:.2} s at t={:.1} s (instances join at t=5 s, one leaves at t=13 s)",
+            "no output for {:.2} s at t={:.1} s (input comes in bursts ~1.4 s apart; instances join at t=5 s, one leaves at t=13 s)",
             gap.as_secs_f64(),
             at.as_secs_f64()
         );
