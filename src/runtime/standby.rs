@@ -189,14 +189,14 @@ pub(crate) fn run(
     let mut last_placement: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
     let mut assigned: BTreeSet<TaskId> = BTreeSet::new();
-    // changelog topic → sub-topology, to route records to tasks.
-    let mut sub_of_changelog: HashMap<String, u32> = HashMap::new();
+    // changelog topic → (sub-topology, store), to route records to stores.
+    let mut store_of_changelog: HashMap<String, (u32, String)> = HashMap::new();
     while !env.shutdown.load(Ordering::SeqCst) {
         if last_placement.is_none_or(|t| t.elapsed() >= PLACEMENT_INTERVAL) {
             last_placement = Some(Instant::now());
             match desired_standbys(&env, &consumer, &process_id, &logged) {
                 Ok(desired) => {
-                    update_standbys(&env, &registry, &desired, &mut sub_of_changelog)?;
+                    update_standbys(&env, &registry, &desired, &mut store_of_changelog)?;
                 }
                 Err(e) => tracing::debug!(error = %e, "reading the group for standby placement"),
             }
@@ -215,27 +215,25 @@ pub(crate) fn run(
             let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) else {
                 continue;
             };
-            let Some(&sub) = sub_of_changelog.get(m.topic()) else {
+            let Some((sub, store)) = store_of_changelog.get(m.topic()) else {
                 continue;
             };
             let id = TaskId {
-                subtopology: sub,
+                subtopology: *sub,
                 partition: m.partition(),
             };
             let mut reg = registry.lock();
             let Some(standby) = reg.standby.get_mut(&id) else {
                 continue;
             };
-            let store = standby
+            standby
                 .task
-                .changelog_topics()
-                .find(|(_, t)| *t == m.topic())
-                .map(|(s, _)| s.to_string());
-            if let Some(store) = store {
-                standby
-                    .task
-                    .restore(&store, m.key().unwrap_or_default(), m.payload())?;
-                standby.applied.insert(m.topic().to_string(), m.offset());
+                .restore(store, m.key().unwrap_or_default(), m.payload())?;
+            match standby.applied.get_mut(m.topic()) {
+                Some(offset) => *offset = m.offset(),
+                None => {
+                    standby.applied.insert(m.topic().to_string(), m.offset());
+                }
             }
         }
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
@@ -291,7 +289,7 @@ fn update_standbys(
     env: &ThreadEnv,
     registry: &StandbyRegistry,
     desired: &BTreeSet<TaskId>,
-    sub_of_changelog: &mut HashMap<String, u32>,
+    store_of_changelog: &mut HashMap<String, (u32, String)>,
 ) -> Result<(), StreamsError> {
     let mut reg = registry.lock();
     let stale: Vec<TaskId> = reg
@@ -317,8 +315,8 @@ fn update_standbys(
             env.task_config.clone(),
             &mut provider,
         )?;
-        for (_, topic) in task.changelog_topics() {
-            sub_of_changelog.insert(topic.to_string(), id.subtopology);
+        for (store, topic) in task.changelog_topics() {
+            store_of_changelog.insert(topic.to_string(), (id.subtopology, store.to_string()));
         }
         tracing::info!(task = %id, "opened standby task");
         reg.standby.insert(
