@@ -69,10 +69,10 @@ pub trait Backend: Send {
     fn meta(&self) -> Meta;
 
     /// Applies `writes` and `meta` atomically; afterwards drops every
-    /// segment below `meta.min_live_segment`. With `durable`, the data is on
-    /// disk when `apply` returns (commits); without, a crash may lose this
-    /// and later applies, but never splits one (restore batches, which are
-    /// simply restored again).
+    /// segment below `meta.min_live_segment`. With `durable`, the data
+    /// survives a crash of the process once `apply` returns (commits);
+    /// without, a crash may lose this and later applies, but never splits
+    /// one (restore batches, which are simply restored again).
     fn apply(
         &mut self,
         writes: &mut dyn Iterator<Item = Write<'_>>,

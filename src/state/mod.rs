@@ -33,29 +33,28 @@
 //!
 //! * in-memory backend: applied to the committed maps in one step;
 //! * RocksDB backend: one `WriteBatch` holding the data and the offset (in a
-//!   metadata column family), written with the WAL disabled, followed by a
-//!   blocking *atomic* memtable flush of all column families. Only after the
-//!   flush has installed the new SST files does `commit` return, so a
-//!   committed state is durable although there is no WAL; a crash before the
-//!   flush completed leaves the previous commit (data and offset) on disk,
-//!   because RocksDB without WAL recovers exactly the flushed state and the
-//!   atomic flush installs all column families in one manifest write.
+//!   metadata column family), written through RocksDB's write-ahead log
+//!   without `sync`. The log append survives a killed process (it is in the
+//!   page cache) and RocksDB replays it on open; a machine crash may lose
+//!   the unsynced tail, and point-in-time recovery then stops at the last
+//!   complete batch, whose offset matches its data. So a store always
+//!   reports the offset of the data it holds, and restores the rest from
+//!   its changelog.
 //!
-//! The cost of this choice: every commit of a store that wrote anything
-//! blocks on one flush and creates one small L0 file (commits without
-//! writes and without an offset change do not touch RocksDB), which
-//! compaction later merges. `benches/state.rs` measured 1 000 puts plus
-//! commit at 11-20 ms on the 2-core development machine under load, most
-//! of it the flush, so commit latency grows with the number of stores a
-//! stream thread committed. Prefer commit intervals of about a second over
-//! Kafka Streams' 100 ms EOS default when a thread owns many stores.
+//! A commit therefore costs one log append per store that wrote anything
+//! (commits without writes and without an offset change do not touch
+//! RocksDB); memtables are flushed by RocksDB when they fill, not per
+//! commit, as in Kafka Streams. An earlier version flushed the memtables at
+//! every commit instead of logging (11-20 ms per commit of 1 000 puts on
+//! the 2-core development machine); see `benches/state.rs`.
 //!
 //! `abort` clears the overlay, so aborting never touches the backend.
 //! [`StateStore::restore_batch`] writes changelog records directly as
-//! committed state with their offset in one atomic write; it does not flush
-//! (a crash mid-restore may lose the restore's unflushed tail, never split a
-//! batch, and the store keeps reporting the offset matching its data), so
-//! pass large batches (thousands of records) and commit once restored.
+//! committed state with their offset in one atomic write that skips the WAL
+//! and does not flush (a crash mid-restore may lose the restore's unflushed
+//! tail, never split a batch, and the store keeps reporting the offset
+//! matching its data); the first commit after a restore flushes once. Pass
+//! large batches (thousands of records) and commit once restored.
 //!
 //! Iterators borrow the store: the borrow checker ends every scan before
 //! the next write, commit or abort.

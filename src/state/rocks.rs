@@ -11,21 +11,26 @@
 //!
 //! Configuration and why:
 //!
-//! * **WAL off.** The changelog topic is the source of truth; RocksDB's own
-//!   log would write every byte twice. Durability comes from flushing at
-//!   commit instead: [`Backend::apply`] writes one `WriteBatch` (data and
-//!   metadata together) and then performs a blocking *atomic flush* of all
-//!   column families. RocksDB without WAL recovers exactly the state of its
-//!   last completed flush, and an atomic flush installs all column families
-//!   in one manifest record, so after a crash the store holds the data of
-//!   the last completed commit together with that commit's offset. Nothing
-//!   that was not committed ever reaches RocksDB (open writes stay in the
-//!   store's overlay), so a crash never leaves uncommitted data behind.
-//!   Restore batches are written the same way but without the flush:
-//!   RocksDB flushes them when memtables fill (atomically across column
-//!   families, as `atomic_flush` is on), so a crash during a restore loses
-//!   at most the unflushed tail of the restore, and the store still reports
-//!   the offset that matches its data. The next commit flushes everything.
+//! * **Commits go through the WAL, unsynced.** [`Backend::apply`] writes
+//!   one `WriteBatch` (data and the changelog offset in the metadata column
+//!   family together) with RocksDB's write-ahead log on and `sync` off: the
+//!   write is an append to the log file in the OS page cache, so a commit
+//!   costs no memtable flush and creates no small SST file. A killed process
+//!   loses nothing (the kernel still writes the page cache out), and RocksDB
+//!   replays the log on open. A machine crash may lose the log's unsynced
+//!   tail; RocksDB's default point-in-time recovery then stops at the last
+//!   complete batch, and since each batch holds its own offset the store
+//!   still reports the offset that matches its data (the restore reads the
+//!   rest from the changelog). Nothing that was not committed ever reaches
+//!   RocksDB (open writes stay in the store's overlay), so a crash never
+//!   leaves uncommitted data behind.
+//!   Restore batches skip the WAL (the changelog already holds every byte):
+//!   a crash during a restore loses at most the unflushed tail of the
+//!   restore (RocksDB flushes memtables as they fill, atomically across
+//!   column families as `atomic_flush` is on), and the store still reports
+//!   the offset that matches its data. Before the first logged write after
+//!   such batches, the backend flushes them, so a replayed log never lands
+//!   on top of lost restore data.
 //! * **Bloom filters** (`bloom_filter_bits_per_key` in
 //!   [`StateConfig`](super::StateConfig)) so point lookups of absent keys
 //!   skip SST files.
@@ -44,7 +49,7 @@
 //! let memory = RocksDbMemory::new(&StateConfig::default()); // one per process
 //! let mut store = RocksDbKeyValueStore::open(dir.path(), "counts", &memory).unwrap();
 //! store.put(b"k", b"v").unwrap();
-//! store.commit(Some(41)).unwrap(); // data and offset 41, durable
+//! store.commit(Some(41)).unwrap(); // data and offset 41, in the WAL
 //! drop(store);
 //! let store = RocksDbKeyValueStore::open(dir.path(), "counts", &memory).unwrap();
 //! assert_eq!(store.committed_offset(), Some(41)); // restore from offset 42 on
@@ -166,6 +171,8 @@ pub struct RocksDbBackend {
     segmented: bool,
     segments: BTreeSet<i64>,
     meta: Meta,
+    /// Restore batches were written without the WAL and not flushed yet.
+    unlogged: bool,
 }
 
 fn segment_cf(segment: i64) -> String {
@@ -226,6 +233,7 @@ impl RocksDbBackend {
             segmented,
             segments,
             meta: Meta::default(),
+            unlogged: false,
         };
         backend.meta = backend.read_meta()?;
         // A crash between the flush of a commit and the drop of its expired
@@ -426,12 +434,16 @@ impl Backend for RocksDbBackend {
             MIN_LIVE_KEY,
             super::backend::encode_i64(meta.min_live_segment),
         );
+        // Restore batches skip the WAL; a logged write must not follow them
+        // before they are flushed (see the module docs), so the first
+        // durable write after them goes the same way and flushes.
+        let logged = durable && !self.unlogged;
         let mut wo = WriteOptions::default();
-        wo.disable_wal(true);
+        wo.disable_wal(!logged);
         self.db
             .write_opt(batch, &wo)
             .map_err(|e| StoreError::rocks(&self.name, e))?;
-        if durable {
+        if durable && !logged {
             let names = self.cf_names();
             let cfs: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
             let mut fo = FlushOptions::default();
@@ -440,6 +452,7 @@ impl Backend for RocksDbBackend {
                 .flush_cfs_opt(&cfs, &fo)
                 .map_err(|e| StoreError::rocks(&self.name, e))?;
         }
+        self.unlogged = !durable;
         self.meta = meta;
         self.drop_expired()
     }
