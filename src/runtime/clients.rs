@@ -52,6 +52,15 @@ pub(crate) fn consumer(
         .set("heartbeat.interval.ms", "2000")
         // Consumer lag per partition (crate::metrics::LagMeter).
         .set("statistics.interval.ms", "5000")
+        // Prefetch less than librdkafka's defaults (100 000 records per
+        // partition, up to 64 MiB per consumer): the stream thread buffers
+        // `buffered_records_per_partition` itself, and 16 MiB is still
+        // several commit intervals of input at full speed. The short
+        // backoff refetches soon after the queue drains below the bound
+        // (librdkafka's default waits 1 s).
+        .set("queued.min.messages", "10000")
+        .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.queue.backoff.ms", "20")
         .set(
             "isolation.level",
             if config.is_exactly_once() {
