@@ -1,8 +1,9 @@
 //! Benchmarks of the processor chain: the four benchmark workloads
 //! (bench/harness/topologies.rs) run by a `TaskInstance` — the code the
 //! stream thread runs per record — on batches of 1 000 input records, with a
-//! commit per batch and a collector that only counts what it is given (no
-//! Kafka). Stateful workloads run on in-memory and on RocksDB stores.
+//! flush of the record cache (10 MiB, the runtime's default) and a commit per
+//! batch and a collector that only counts what it is given (no Kafka).
+//! Stateful workloads run on in-memory and on RocksDB stores.
 //!
 //! Run: `cargo bench --bench processor` (figures of a run are in
 //! BENCHMARKS.md's notes; this file asserts nothing about time).
@@ -110,12 +111,13 @@ impl StoreProvider for Provider<'_> {
 }
 
 fn task(workload: &str, rocks: Option<(&std::path::Path, &RocksDbMemory)>) -> TaskInstance {
-    let topology = Arc::new(topologies::build(workload, "in", "out").unwrap());
+    let topology = Arc::new(topologies::build(workload, "in", "out", "table").unwrap());
     let id = TaskId {
         subtopology: 0,
         partition: 0,
     };
-    let config = TaskConfig::new("bench");
+    let mut config = TaskConfig::new("bench");
+    config.cache = Arc::new(weir::state::CacheBudget::new(10 << 20));
     let mut provider = Provider { rocks };
     let mut t = TaskInstance::new(topology, id, config, &mut provider).unwrap();
     t.initialize(0, &mut CountingCollector::default()).unwrap();
@@ -158,6 +160,7 @@ fn chain(c: &mut Criterion) {
                     offset += 1;
                     t.process(&input, &mut out).unwrap();
                 }
+                t.flush(&mut out).unwrap();
                 t.commit(|_| Some(offset)).unwrap();
                 black_box(out.records + out.bytes as u64)
             })

@@ -105,8 +105,10 @@ pub struct StreamsConfig {
     /// Memory shared by all RocksDB stores of this instance (block cache and
     /// write buffers), in bytes. Default 128 MiB.
     pub state_memory_budget_bytes: u64,
-    /// Per-instance record cache in front of stores, in bytes; 0 disables
-    /// it. Default 10 MiB (Kafka Streams' `statestore.cache.max.bytes`).
+    /// Per-instance record cache of the aggregations (`count`, `reduce`,
+    /// `aggregate`), in bytes: updates of a key within a commit interval
+    /// collapse into one downstream and changelog record at commit; 0
+    /// disables it. Default 10 MiB (Kafka Streams' `statestore.cache.max.bytes`).
     pub cache_max_bytes: u64,
     /// Records buffered per input partition before it is paused. Default 1000.
     pub buffered_records_per_partition: usize,
@@ -355,6 +357,7 @@ impl StreamsConfig {
         let mut task = TaskConfig::new(self.application_id.clone());
         task.deserialization_handler = self.deserialization_handler.clone();
         task.processing_handler = self.processing_handler.clone();
+        task.cache = std::sync::Arc::new(crate::state::CacheBudget::new(self.cache_max_bytes));
         task
     }
 

@@ -70,6 +70,12 @@ pub struct DriverConfig {
     pub initial_wall_clock_ms: i64,
     /// Partition counts reported to custom partitioners (default 1).
     pub partition_counts: HashMap<String, i32>,
+    /// Record cache of the aggregations, in bytes (default 0: every update
+    /// goes downstream at once). The driver flushes and commits after every
+    /// input record, so a cache only collapses the updates one input
+    /// record causes (several words of one line, say), as at a runtime
+    /// commit.
+    pub cache_max_bytes: u64,
 }
 
 impl DriverConfig {
@@ -81,7 +87,14 @@ impl DriverConfig {
             processing_handler: ErrorHandling::LogAndFail,
             initial_wall_clock_ms: 0,
             partition_counts: HashMap::new(),
+            cache_max_bytes: 0,
         }
+    }
+
+    /// With a record cache of `bytes` (see [`DriverConfig::cache_max_bytes`]).
+    pub fn with_cache_max_bytes(mut self, bytes: u64) -> Self {
+        self.cache_max_bytes = bytes;
+        self
     }
 
     /// With this deserialization handler.
@@ -219,6 +232,7 @@ impl TopologyTestDriver {
             deserialization_handler: config.deserialization_handler.clone(),
             processing_handler: config.processing_handler.clone(),
             globals,
+            cache: Arc::new(crate::state::CacheBudget::new(config.cache_max_bytes)),
         };
         let mut topics = Topics {
             partition_counts: config.partition_counts.clone(),
@@ -334,6 +348,9 @@ impl TopologyTestDriver {
     }
 
     fn commit(&mut self) -> Result<(), DriverError> {
+        for task in &mut self.tasks {
+            task.flush(&mut self.topics)?;
+        }
         let topics = &self.topics;
         for task in &mut self.tasks {
             task.commit(|t| topics.last_offset(t))?;

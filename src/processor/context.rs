@@ -55,6 +55,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) initializing: bool,
     /// Late records dropped during this call (added to the task's metrics).
     pub(crate) late_records: Cell<u64>,
+    /// The instance's record cache budget.
+    pub(crate) cache: &'a std::sync::Arc<crate::state::CacheBudget>,
 }
 
 impl<'a> Frame<'a> {

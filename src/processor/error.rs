@@ -205,6 +205,17 @@ pub enum TaskError {
         #[source]
         source: Box<ProcessorError>,
     },
+    /// Forwarding the record cache's updates at commit failed.
+    #[error("task {task}: flushing the record cache through processor '{node}' failed: {source}")]
+    Flush {
+        /// The task.
+        task: TaskId,
+        /// The processor that failed.
+        node: String,
+        /// The error.
+        #[source]
+        source: Box<ProcessorError>,
+    },
     /// A processor's `init` failed.
     #[error("task {task}: initializing processor '{node}' failed: {source}")]
     Init {

@@ -29,6 +29,7 @@
 //! }
 //! ```
 
+pub(crate) mod aggregate;
 mod collector;
 mod context;
 mod error;

@@ -69,11 +69,21 @@ pub(crate) trait ErasedNode: Send {
         }))
     }
 
+    /// Called before the task commits: forwards (and writes to its store)
+    /// what the node held back in the record cache.
+    fn flush<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
+        let _ = (frame, node);
+        Ok(())
+    }
+
+    /// Called when the task aborts: drops what the node held back.
+    fn discard(&mut self) {}
+
     /// Called once when the task closes.
     fn close(&mut self) {}
 }
 
-fn take_record<K: 'static, V: 'static>(
+pub(crate) fn take_record<K: 'static, V: 'static>(
     frame: &Frame<'_>,
     node: usize,
     input: &mut dyn Any,

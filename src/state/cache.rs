@@ -30,6 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::backend::{MergeIter, empty_bounds, prefix_successor};
 use super::{ChangelogRecord, KeyValueStore, KvIter, StateStore, StoreError};
@@ -407,5 +408,53 @@ mod tests {
         store.abort();
         assert_eq!(store.get(b"a").unwrap(), Some(b"1".to_vec()));
         assert_eq!(store.get(b"b").unwrap(), None);
+    }
+}
+
+/// The record-cache memory of one application instance
+/// (`cache_max_bytes`), shared by every caching node of every task.
+///
+/// A node charges each entry it starts holding and releases what it
+/// flushes; a charge that takes the total past the maximum tells the node to
+/// flush (Kafka Streams evicts from its per-thread cache the same way). With
+/// a maximum of 0 nothing is held: every update goes downstream at once.
+#[derive(Debug, Default)]
+pub struct CacheBudget {
+    max_bytes: u64,
+    used: AtomicU64,
+}
+
+impl CacheBudget {
+    /// A budget of `max_bytes` (0 disables caching).
+    pub fn new(max_bytes: u64) -> Self {
+        CacheBudget {
+            max_bytes,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether caching is on.
+    pub fn enabled(&self) -> bool {
+        self.max_bytes > 0
+    }
+
+    /// The maximum in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Bytes held now, over all nodes.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Charges `bytes`; returns whether the total is now over the maximum.
+    pub fn charge(&self, bytes: u64) -> bool {
+        self.used.fetch_add(bytes, Ordering::Relaxed) + bytes > self.max_bytes
+    }
+
+    /// Releases `bytes` charged before.
+    pub fn release(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
     }
 }

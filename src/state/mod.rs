@@ -83,7 +83,7 @@ pub mod timestamped;
 pub mod window;
 
 pub use backend::Backend;
-pub use cache::{CachingKeyValueStore, DirtyEntry, RecordCache};
+pub use cache::{CacheBudget, CachingKeyValueStore, DirtyEntry, RecordCache};
 pub use config::{StateConfig, StoreBackend};
 pub use dir::StateDirectory;
 pub use kv::{KvStore, open_key_value_store};

@@ -2,18 +2,18 @@
 //!
 //! `count`, `reduce` and `aggregate` add one aggregation node with a logged
 //! key-value store holding the current aggregate per key. For every input
-//! record the node reads the old aggregate, computes the new one, writes it
-//! (which emits a changelog record) and forwards `Change { new, old }` — every
-//! update is emitted (no caching / suppression yet; windowed aggregations and
-//! emit strategies build on this node later).
+//! record the node computes the new aggregate from the current one; the
+//! store write (which emits a changelog record) and the forwarded
+//! `Change { new, old }` happen at once, or, with the record cache, once per
+//! key per commit interval (see [`crate::processor::aggregate`]).
 //!
 //! If the grouped stream is *repartition required*, a repartition topic is
 //! inserted before the aggregation node (see [`super`]).
 
 use std::sync::Arc;
 
-use crate::processor::node::fn_node;
-use crate::processor::{Change, ProcessorContext, Record, StoreSerdes};
+use crate::processor::StoreSerdes;
+use crate::processor::aggregate::{AggregateFn, AggregateNode};
 use crate::serdes::SharedSerde;
 
 use crate::windows::{SessionWindows, SlidingWindows, TimeWindows};
@@ -85,7 +85,10 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     }
 
     /// Counts the records per key.
-    pub fn count(&self, materialized: Materialized<K, i64>) -> KTable<K, i64> {
+    pub fn count(&self, materialized: Materialized<K, i64>) -> KTable<K, i64>
+    where
+        K: Send,
+    {
         self.aggregate_with(materialized, |_, _, old: Option<i64>| old.unwrap_or(0) + 1)
     }
 
@@ -95,7 +98,11 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         &self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         materialized: Materialized<K, V>,
-    ) -> KTable<K, V> {
+    ) -> KTable<K, V>
+    where
+        K: Send,
+        V: Send,
+    {
         self.aggregate_with(materialized, move |_, value, old| match old {
             Some(agg) => reducer(agg, value),
             None => value,
@@ -109,17 +116,24 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         initializer: impl Fn() -> A + Send + Sync + 'static,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
         materialized: Materialized<K, A>,
-    ) -> KTable<K, A> {
+    ) -> KTable<K, A>
+    where
+        K: Send,
+        A: Send,
+    {
         self.aggregate_with(materialized, move |key, value, old| {
             aggregator(key, value, old.unwrap_or_else(&initializer))
         })
     }
 
-    fn aggregate_with<A: Data>(
+    fn aggregate_with<A: Data + Send>(
         &self,
         materialized: Materialized<K, A>,
         f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
-    ) -> KTable<K, A> {
+    ) -> KTable<K, A>
+    where
+        K: Send,
+    {
         let f = Arc::new(f);
         let builder = self.stream.builder.clone();
         let mut b = builder.borrow_mut();
@@ -139,26 +153,10 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             StoreSerdes::new(key.clone(), value.clone()),
         );
         let store_for_node = store_name.clone();
+        let key_for_node = key.clone();
+        let f: AggregateFn<K, V, A> = f;
         let node = b.add_processor(name, &[parent], move || {
-            let store = store_for_node.clone();
-            let f = f.clone();
-            fn_node(
-                move |ctx: &ProcessorContext<'_, K, Change<A>>, r: Record<K, V>| {
-                    let kv = ctx.key_value_store::<K, A>(&store)?;
-                    let old = kv.get(&r.key)?;
-                    let new = f(&r.key, r.value, old.clone());
-                    kv.put(&r.key, &new)?;
-                    ctx.forward(Record {
-                        key: r.key,
-                        value: Change {
-                            new: Some(new),
-                            old,
-                        },
-                        timestamp: r.timestamp,
-                        headers: r.headers,
-                    })
-                },
-            )
+            AggregateNode::boxed(store_for_node.clone(), key_for_node.clone(), f.clone())
         });
         b.connect_store(node, store);
         drop(b);

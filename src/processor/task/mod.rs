@@ -81,6 +81,7 @@ fn frame<'a>(
     timestamp: i64,
     stream_time: i64,
     wall_clock_ms: i64,
+    cache: &'a Arc<crate::state::CacheBudget>,
 ) -> Frame<'a> {
     Frame {
         task: id,
@@ -96,6 +97,7 @@ fn frame<'a>(
         failed_node: Cell::new(None),
         initializing: false,
         late_records: Cell::new(0),
+        cache,
     }
 }
 
@@ -233,6 +235,7 @@ impl TaskInstance {
                 self.stream_time,
                 self.stream_time,
                 wall_clock_ms,
+                &self.config.cache,
             );
             f.initializing = true;
             let result = self.nodes[node].runtime.borrow_mut().init(&f, node);
@@ -280,6 +283,7 @@ impl TaskInstance {
                 input.timestamp,
                 self.stream_time,
                 self.wall_clock_ms,
+                &self.config.cache,
             );
             let result =
                 self.nodes[source_node]
@@ -437,6 +441,7 @@ impl TaskInstance {
                 now_ms,
                 self.stream_time,
                 self.wall_clock_ms,
+                &self.config.cache,
             );
             let result = (schedule.callback)(&f, schedule.node, now_ms);
             ops.extend(f.schedule_ops.take());
@@ -496,8 +501,48 @@ impl TaskInstance {
         Ok(())
     }
 
-    /// Discards every store's writes since the last commit (the transaction aborted).
+    /// Forwards what the aggregations held in the record cache, writing it
+    /// to their stores (and changelogs) on the way. Call before committing
+    /// the transaction, so the output and changelog records join it.
+    /// A task that is not running holds nothing: flushing it does nothing.
+    pub fn flush(&mut self, collector: &mut dyn RecordCollector) -> Result<(), TaskError> {
+        if self.state != TaskState::Running {
+            return Ok(());
+        }
+        // Node indices are topological: what a node flushes reaches its
+        // children before they flush.
+        for node in 0..self.nodes.len() {
+            let f = frame(
+                self.id,
+                &self.nodes,
+                &self.stores,
+                &self.next_schedule_id,
+                &mut *collector,
+                None,
+                self.stream_time,
+                self.stream_time,
+                self.wall_clock_ms,
+                &self.config.cache,
+            );
+            let result = self.nodes[node].runtime.borrow_mut().flush(&f, node);
+            if let Err(source) = result {
+                let failed = f.failed_node.get().unwrap_or(node);
+                return Err(TaskError::Flush {
+                    task: self.id,
+                    node: self.nodes[failed].name.clone(),
+                    source: Box::new(source),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Discards every store's writes since the last commit and what the
+    /// record cache held (the transaction aborted).
     pub fn abort(&mut self) {
+        for node in &self.nodes {
+            node.runtime.borrow_mut().discard();
+        }
         for slot in &self.stores {
             slot.inner.borrow_mut().store.state_mut().abort();
         }

@@ -49,16 +49,23 @@ pub struct TaskConfig {
     pub processing_handler: ErrorHandling,
     /// The application's loaded global tables (empty when it has none).
     pub globals: crate::topology::GlobalStores,
+    /// The record cache shared by the instance's aggregations (see
+    /// [`crate::state::CacheBudget`]); updates held there go downstream and
+    /// to the changelog at [`TaskInstance::flush`](super::TaskInstance::flush)
+    /// or when the budget is full.
+    pub cache: std::sync::Arc<crate::state::CacheBudget>,
 }
 
 impl TaskConfig {
-    /// Settings with the default handlers (`LogAndFail`).
+    /// Settings with the default handlers (`LogAndFail`) and no record
+    /// cache (every update goes downstream at once).
     pub fn new(application_id: impl Into<String>) -> Self {
         TaskConfig {
             application_id: application_id.into(),
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
             globals: Default::default(),
+            cache: Default::default(),
         }
     }
 }

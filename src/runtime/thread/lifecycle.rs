@@ -65,6 +65,17 @@ impl Core {
             return Ok(());
         }
         let started = Instant::now();
+        // The record caches' updates join this transaction.
+        {
+            let mut collector = KafkaCollector {
+                producer: &self.producer,
+                partitions: &self.env.layout.partitions,
+            };
+            for task in self.tasks.values_mut() {
+                task.flush(&mut collector)
+                    .map_err(|e| TxnError::Fatal(e.into()))?;
+            }
+        }
         crate::runtime::collector::flush(&self.producer, TXN_TIMEOUT)
             .map_err(|e| self.classify("flushing the producer", e))?;
         if let Some(error) = self.events.take_error() {

@@ -1,0 +1,117 @@
+//! The record cache of aggregations through the test driver, which flushes
+//! and commits after every input record: the updates one input record
+//! causes collapse to one output and one changelog record per key, with the
+//! record's timestamp; a full budget sends everything through at once. (On
+//! the broker, the runtime tests count exactly with the cache on, as it is
+//! by default.)
+
+use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
+use weir::serdes::{I64Serde, OptionSerde, StringSerde, UnitSerde};
+use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
+
+fn word_count() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<(), String>("text-lines", Consumed::new())
+        .flat_map_values(|line: String| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .group_by(|_, word: &String| word.clone(), Grouped::new())
+        .count(Materialized::as_("counts-store"))
+        .to_stream()
+        .to("word-counts", Produced::new());
+    builder.build().expect("word count builds")
+}
+
+fn s(x: &str) -> String {
+    x.to_owned()
+}
+
+fn run(cache_max_bytes: u64) -> (Vec<(String, Option<i64>)>, usize, TopologyTestDriver) {
+    let config = DriverConfig::new("wc").with_cache_max_bytes(cache_max_bytes);
+    let mut driver = TopologyTestDriver::new(word_count(), config).unwrap();
+    let lines = TestInputTopic::new("text-lines", UnitSerde, StringSerde);
+    let counts = TestOutputTopic::new("word-counts", StringSerde, OptionSerde::new(I64Serde));
+    driver.pipe(&lines, (), s("hello world"), 1_000).unwrap();
+    driver
+        .pipe(&lines, (), s("hello kafka hello hello"), 2_000)
+        .unwrap();
+    let out = driver.read_key_values(&counts).unwrap();
+    let changelog = driver.all_raw("wc-counts-store-changelog").len();
+    (out, changelog, driver)
+}
+
+#[test]
+fn one_record_per_key_per_commit_with_the_cache() {
+    let (out, changelog, driver) = run(10 << 20);
+    // The second line updates "hello" three times: one result, in key order.
+    assert_eq!(
+        out,
+        vec![
+            (s("hello"), Some(1)),
+            (s("world"), Some(1)),
+            (s("hello"), Some(4)),
+            (s("kafka"), Some(1)),
+        ]
+    );
+    assert_eq!(changelog, 4, "one changelog record per key and commit");
+    let store: Vec<(String, i64)> = driver.key_value_store_all("counts-store").unwrap();
+    assert_eq!(
+        store,
+        vec![(s("hello"), 4), (s("kafka"), 1), (s("world"), 1)]
+    );
+}
+
+#[test]
+fn every_update_without_the_cache_or_with_a_full_budget() {
+    let every = vec![
+        (s("hello"), Some(1)),
+        (s("world"), Some(1)),
+        (s("hello"), Some(2)),
+        (s("kafka"), Some(1)),
+        (s("hello"), Some(3)),
+        (s("hello"), Some(4)),
+    ];
+    let (out, changelog, _) = run(0);
+    assert_eq!(out, every);
+    assert_eq!(changelog, 6);
+    // A budget smaller than one entry: each update overflows it and goes
+    // through at once.
+    let (out, changelog, _) = run(1);
+    assert_eq!(out, every);
+    assert_eq!(changelog, 6);
+}
+
+#[test]
+fn a_key_updated_several_times_by_one_record_is_emitted_once_with_its_timestamp() {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>("events", Consumed::new())
+        .flat_map(|k: String, v: String| {
+            // One input record, several updates of key k.
+            v.split(',')
+                .map(|part| (k.clone(), part.to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .group_by_key(Grouped::new())
+        .count(Materialized::as_("c"))
+        .to_stream()
+        .to("out", Produced::new());
+    let config = DriverConfig::new("ts").with_cache_max_bytes(1 << 20);
+    let mut driver = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let input = TestInputTopic::new("events", StringSerde, StringSerde);
+    let out = TestOutputTopic::new("out", StringSerde, OptionSerde::new(I64Serde));
+    driver.pipe(&input, s("a"), s("x,y,z"), 5_000).unwrap();
+    driver.pipe(&input, s("b"), s("x"), 7_000).unwrap();
+    let records = driver.read_records(&out).unwrap();
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| (r.key.clone(), r.value, r.timestamp))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(s("a"), Some(3), 5_000), (s("b"), Some(1), 7_000)]
+    );
+}
