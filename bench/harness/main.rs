@@ -77,7 +77,7 @@ struct ReportArgs {
         long,
         env = "BENCH_WORKLOADS",
         value_delimiter = ',',
-        default_value = "passthrough,stateless,count,window"
+        default_value = "passthrough,stateless,count,window,join"
     )]
     workloads: Vec<String>,
     #[arg(
@@ -121,6 +121,9 @@ struct ChildArgs {
     input: String,
     #[arg(long)]
     output: String,
+    /// The join workload's table topic.
+    #[arg(long)]
+    table: String,
     #[arg(long)]
     app_id: String,
     #[arg(long)]
@@ -171,7 +174,7 @@ fn weir_cmd(a: ChildArgs) -> Result<()> {
     config.num_stream_threads = a.threads;
     config.commit_interval_ms = Some(a.commit_ms);
     config.state_dir = a.state_dir.clone();
-    let topology = topologies::build(&a.workload, &a.input, &a.output)?;
+    let topology = topologies::build(&a.workload, &a.input, &a.output, &a.table)?;
     let mut app = KafkaStreams::new(topology, config)?;
     app.start()?;
     while !stop.load(Ordering::SeqCst) {
@@ -196,6 +199,7 @@ fn raw_cmd(a: ChildArgs) -> Result<()> {
             commit_ms: a.commit_ms,
             input: a.input,
             output: a.output,
+            table: a.table,
             app_id: a.app_id,
             bootstrap: a.bootstrap,
         },

@@ -8,7 +8,8 @@
 //! at-least-once a synchronous offset commit. The stateful workloads keep
 //! their counts in a `HashMap` (no store, no changelog: this is the ceiling,
 //! not an equal) and emit each key updated in the interval once per commit,
-//! as the frameworks' record caches do.
+//! as the frameworks' record caches do. The join workload subscribes to the
+//! table topic too and keeps the latest profile per key in a `HashMap`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use crate::workload::{self, Event};
+use crate::workload::{self, Event, Profile};
 
 /// What the raw loop runs.
 pub struct RawArgs {
@@ -30,6 +31,7 @@ pub struct RawArgs {
     pub commit_ms: u64,
     pub input: String,
     pub output: String,
+    pub table: String,
     pub app_id: String,
     pub bootstrap: String,
 }
@@ -102,15 +104,21 @@ pub fn run(args: &RawArgs, stop: Arc<AtomicBool>) -> Result<()> {
     if args.exactly_once {
         producer.init_transactions(TXN_TIMEOUT)?;
     }
-    consumer.subscribe(&[&args.input])?;
+    if args.workload == "join" {
+        consumer.subscribe(&[&args.input, &args.table])?;
+    } else {
+        consumer.subscribe(&[&args.input])?;
+    }
 
     let commit_interval = Duration::from_millis(args.commit_ms);
     let mut last_commit = Instant::now();
-    let mut offsets: HashMap<i32, i64> = HashMap::new();
     let mut txn_open = false;
     // count: key → (count, timestamp); window: (key, start) → (count, timestamp).
     let mut counts: HashMap<Vec<u8>, (i64, i64)> = HashMap::new();
     let mut dirty: HashSet<Vec<u8>> = HashSet::new();
+    let mut profiles: HashMap<Vec<u8>, Profile> = HashMap::new();
+    // (topic, partition) → next offset.
+    let mut offsets: HashMap<(bool, i32), i64> = HashMap::new();
     let mut out = Vec::with_capacity(1024);
     let mut batch = Vec::with_capacity(1000);
     while !stop.load(Ordering::Relaxed) {
@@ -132,6 +140,12 @@ pub fn run(args: &RawArgs, stop: Arc<AtomicBool>) -> Result<()> {
             let ts = m.timestamp().to_millis().unwrap_or(0);
             let key = m.key().unwrap_or_default();
             let value = m.payload().unwrap_or_default();
+            let from_table = m.topic() == args.table;
+            offsets.insert((from_table, m.partition()), m.offset() + 1);
+            if from_table {
+                profiles.insert(key.to_vec(), serde_json::from_slice(value)?);
+                continue;
+            }
             match args.workload.as_str() {
                 "passthrough" => send(
                     &producer,
@@ -165,9 +179,22 @@ pub fn run(args: &RawArgs, stop: Arc<AtomicBool>) -> Result<()> {
                     entry.1 = entry.1.max(ts);
                     dirty.insert(k);
                 }
+                "join" => {
+                    let e: Event = serde_json::from_slice(value)?;
+                    if let Some(p) = profiles.get(key) {
+                        out.clear();
+                        serde_json::to_writer(&mut out, &workload::join(&e, p))?;
+                        send(
+                            &producer,
+                            BaseRecord::to(&args.output)
+                                .key(key)
+                                .payload(&out[..])
+                                .timestamp(ts),
+                        )?;
+                    }
+                }
                 other => anyhow::bail!("unknown workload {other}"),
             }
-            offsets.insert(m.partition(), m.offset() + 1);
         }
         producer.poll(Duration::ZERO);
         if last_commit.elapsed() >= commit_interval && !offsets.is_empty() {
@@ -188,8 +215,9 @@ pub fn run(args: &RawArgs, stop: Arc<AtomicBool>) -> Result<()> {
             }
             flush(&producer, TXN_TIMEOUT)?;
             let mut tpl = TopicPartitionList::new();
-            for (&p, &o) in &offsets {
-                tpl.add_partition_offset(&args.input, p, Offset::Offset(o))?;
+            for (&(from_table, p), &o) in &offsets {
+                let topic = if from_table { &args.table } else { &args.input };
+                tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
             }
             if args.exactly_once {
                 let meta = consumer

@@ -267,11 +267,6 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
         }
     }
     writeln!(w)?;
-    writeln!(
-        w,
-        "stream–table join: not measured (the DSL on this branch has no join yet)."
-    )?;
-    writeln!(w)?;
     targets(w, all)?;
     if let Ok(notes) = std::fs::read_to_string("bench/NOTES.md") {
         writeln!(w)?;

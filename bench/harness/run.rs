@@ -1,10 +1,15 @@
 //! One measured run: one system, one workload, one guarantee.
 //!
-//! 1. Create a fresh input and output topic; write one warm-up record to
-//!    each input partition.
+//! 1. Create a fresh input and output topic; for the join workload also a
+//!    table topic with one profile per key (written now, with timestamps
+//!    before every input record); write one warm-up record to each input
+//!    partition.
 //! 2. Start the system as a child process and read the output topic
 //!    (`read_committed`) until the warm-up record of every partition came
-//!    out (all partitions assigned, tasks running), then 1 s more.
+//!    out (all partitions assigned, tasks running), then 1 s more. The join
+//!    workload writes the warm-up records again every 3 s until then: a
+//!    system that reaches a warm-up record before its profile drops it, as
+//!    an inner join must.
 //! 3. Throughput: write the input (serialized beforehand) as fast as the
 //!    producer goes, concurrently, and read until the complete expected
 //!    output is visible. Throughput = input records / (that moment − the
@@ -180,6 +185,30 @@ fn send(p: &BaseProducer, topic: &str, key: &[u8], value: &[u8], ts: i64) -> Res
     }
 }
 
+/// Writes the join workload's table: one profile per key, timestamped before
+/// the first warm-up and input record.
+fn load_table(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Result<()> {
+    let p = producer(bootstrap, "5")?;
+    for key in input.table_keys() {
+        let value = serde_json::to_vec(&workload::profile(&key))?;
+        send(&p, topic, key.as_bytes(), &value, input.base_ts - 1)?;
+    }
+    // A warm-up key goes to its partition number, not where its hash points,
+    // so its row goes to the same partition number (co-partitioned).
+    for partition in 0..partitions {
+        let key = Input::warm_key(partition);
+        let value = serde_json::to_vec(&workload::profile(&key))?;
+        let record = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(&value[..])
+            .partition(partition)
+            .timestamp(input.base_ts - 1);
+        p.send(record).map_err(|(e, _)| e)?;
+    }
+    p.flush(Duration::from_secs(30))?;
+    Ok(())
+}
+
 /// Writes one warm-up record to each partition: when the output of all of
 /// them is visible, every input partition is assigned and being processed.
 fn warm_up(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Result<()> {
@@ -268,6 +297,7 @@ fn spawn(
                 ("commit_ms", settings.commit_ms.to_string()),
                 ("input", args.input.clone()),
                 ("output", args.output.clone()),
+                ("table", args.table.clone()),
                 ("app_id", args.app_id.clone()),
                 ("bootstrap", settings.bootstrap.clone()),
                 ("state_dir", args.state_dir.display().to_string()),
@@ -291,13 +321,19 @@ fn spawn(
                 .arg(&args.input)
                 .arg("--output")
                 .arg(&args.output)
+                .arg("--table")
+                .arg(&args.table)
                 .arg("--app-id")
                 .arg(&args.app_id)
                 .arg("--bootstrap")
                 .arg(&settings.bootstrap)
                 .arg("--state-dir")
                 .arg(&args.state_dir);
-            c.env("WEIR_LOG", "warn");
+            // BENCH_WEIR_LOG: the child's log filter (e.g. to see commits).
+            c.env(
+                "WEIR_LOG",
+                std::env::var("BENCH_WEIR_LOG").unwrap_or_else(|_| "warn".into()),
+            );
             c
         }
     };
@@ -313,6 +349,8 @@ struct RunArgs {
     exactly_once: bool,
     input: String,
     output: String,
+    /// The join workload's table topic.
+    table: String,
     app_id: String,
     state_dir: PathBuf,
 }
@@ -321,6 +359,7 @@ struct RunArgs {
 struct OutputReader {
     consumer: BaseConsumer,
     expected: Expected,
+    /// Output records read, apart from the warm-up records' output.
     seen: u64,
     latest: HashMap<Vec<u8>, i64>,
     remaining: usize,
@@ -362,10 +401,13 @@ impl OutputReader {
         let mut next = self.consumer.poll(timeout);
         while let Some(m) = next {
             let m = m?;
-            self.seen += 1;
             out.push(m.timestamp().to_millis().unwrap_or(0));
+            let warm = m.key().and_then(|k| k.first()) == Some(&b'w');
+            if !warm {
+                self.seen += 1;
+            }
             if let Some(k) = m.key()
-                && k.first() == Some(&b'w')
+                && warm
             {
                 // The warm-up key, without a window suffix.
                 let end = k
@@ -453,6 +495,7 @@ pub fn run(
         exactly_once,
         input: format!("{app_id}-in"),
         output: format!("{app_id}-out"),
+        table: format!("{app_id}-profiles"),
         state_dir: settings.work_dir.join("state").join(&app_id),
         app_id,
     };
@@ -462,7 +505,7 @@ pub fn run(
     }
     let _ = delete_topics(
         &settings.bootstrap,
-        &[&args.input, &args.output],
+        &[&args.input, &args.output, &args.table],
         &format!("{}-", args.app_id),
     );
     let _ = std::fs::remove_dir_all(&args.state_dir);
@@ -476,11 +519,21 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         value_bytes: settings.value_bytes,
         base_ts: workload::window_start(now_ms() - 3_600_000),
     };
-    create_topics(
-        &settings.bootstrap,
-        &[&args.input, &args.output],
-        settings.partitions,
-    )?;
+    let join = args.workload == "join";
+    let topics: &[&str] = if join {
+        &[&args.input, &args.output, &args.table]
+    } else {
+        &[&args.input, &args.output]
+    };
+    create_topics(&settings.bootstrap, topics, settings.partitions)?;
+    if join {
+        load_table(
+            &settings.bootstrap,
+            &args.table,
+            &input,
+            settings.partitions,
+        )?;
+    }
     warm_up(
         &settings.bootstrap,
         &args.input,
@@ -502,7 +555,17 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         // Wait until the system outputs the warm-up record of every partition.
         let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
         let mut stamps = Vec::new();
+        let mut warmed = Instant::now();
         while reader.warm.len() < settings.partitions as usize {
+            if join && warmed.elapsed() > Duration::from_secs(3) {
+                warm_up(
+                    &settings.bootstrap,
+                    &args.input,
+                    &input,
+                    settings.partitions,
+                )?;
+                warmed = Instant::now();
+            }
             if Instant::now() > deadline {
                 bail!(
                     "not ready after {} s: warm-up output of {} of {} partitions (log: {})",

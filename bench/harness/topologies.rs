@@ -1,16 +1,17 @@
 //! The benchmark workloads as Weir topologies, built with the public DSL
-//! (bench/kafka-streams builds the same four with Kafka Streams).
+//! (bench/kafka-streams builds the same five with Kafka Streams).
 
 use std::time::Duration;
 
 use weir::serdes::{BytesSerde, I64Serde, JsonSerde, OptionSerde, StringSerde};
-use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
+use weir::topology::{Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, Topology};
 use weir::windows::{TimeWindows, WindowedSerde};
 
-use crate::workload::{self, Enriched, Event};
+use crate::workload::{self, Enriched, Event, Profile};
 
-/// Builds `workload` reading `input` and writing `output`.
-pub fn build(workload: &str, input: &str, output: &str) -> anyhow::Result<Topology> {
+/// Builds `workload` reading `input` (and `table`, for the join) and
+/// writing `output`.
+pub fn build(workload: &str, input: &str, output: &str, table: &str) -> anyhow::Result<Topology> {
     let b = StreamsBuilder::new();
     match workload {
         "passthrough" => b
@@ -49,6 +50,19 @@ pub fn build(workload: &str, input: &str, output: &str) -> anyhow::Result<Topolo
                     OptionSerde::new(I64Serde),
                 ),
             ),
+        "join" => {
+            let profiles = b.table::<String, Profile>(
+                table,
+                Consumed::with(StringSerde, JsonSerde::new()),
+                Materialized::as_("profiles"),
+            );
+            b.stream::<String, Event>(input, Consumed::with(StringSerde, JsonSerde::new()))
+                .join_table(&profiles, workload::join, Joined::new())
+                .to(
+                    output,
+                    Produced::with(StringSerde, JsonSerde::<workload::Joined>::new()),
+                )
+        }
         other => anyhow::bail!("unknown workload {other}"),
     }
     Ok(b.build()?)

@@ -4,14 +4,16 @@
 //! cardinality), a JSON [`Event`] value padded to the configured size, and a
 //! timestamp spread evenly over ten minutes (so the window workload sees ten
 //! or eleven one-minute windows). Everything is a pure function of `i`, so the
-//! harness knows the exact final output of every workload.
+//! harness knows the exact final output of every workload. The join workload
+//! also reads a table topic with one [`Profile`] per key, written before the
+//! system starts.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 /// The workloads, in report order.
-pub const WORKLOADS: &[&str] = &["passthrough", "stateless", "count", "window"];
+pub const WORKLOADS: &[&str] = &["passthrough", "stateless", "count", "window", "join"];
 
 /// Span of input timestamps in the throughput phase.
 pub const SPAN_MS: i64 = 10 * 60_000;
@@ -58,6 +60,49 @@ pub fn enrich(e: Event) -> Enriched {
     }
 }
 
+/// A table row of the join workload (the table topic holds one per key).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Profile {
+    pub user: String,
+    pub tier: String,
+    pub region: String,
+}
+
+/// The join workload's output value: the event and its key's profile.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Joined {
+    pub id: u64,
+    pub user: String,
+    pub amount: i64,
+    pub kind: String,
+    pub pad: String,
+    pub tier: String,
+    pub region: String,
+}
+
+/// The profile of key `key` (a pure function of the key).
+pub fn profile(key: &str) -> Profile {
+    let h = key.bytes().fold(0u64, |h, b| mix(h ^ b as u64));
+    Profile {
+        user: key.to_string(),
+        tier: ["free", "plus", "pro"][(h % 3) as usize].to_string(),
+        region: ["eu", "us", "apac", "latam"][(h >> 8) as usize % 4].to_string(),
+    }
+}
+
+/// The join workload's joiner.
+pub fn join(e: &Event, p: &Profile) -> Joined {
+    Joined {
+        id: e.id,
+        user: e.user.clone(),
+        amount: e.amount,
+        kind: e.kind.clone(),
+        pad: e.pad.clone(),
+        tier: p.tier.clone(),
+        region: p.region.clone(),
+    }
+}
+
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -94,6 +139,12 @@ impl Input {
         e
     }
 
+    /// The keys of the join workload's table (its input keys; the warm-up
+    /// keys are written separately, to their partitions).
+    pub fn table_keys(&self) -> impl Iterator<Item = String> {
+        (0..self.keys.max(1)).map(|n| format!("k{n:07}"))
+    }
+
     /// Key of the warm-up record written (before the input) to `partition`.
     pub fn warm_key(partition: i32) -> String {
         format!("w{partition}")
@@ -120,14 +171,15 @@ pub enum Expected {
     Latest(HashMap<Vec<u8>, i64>),
 }
 
-/// The complete output of `workload` for `input` after one warm-up record
-/// per partition (`partitions` of them, timestamp `input.base_ts`).
+/// The complete output of `workload` for `input`, apart from the output of
+/// the warm-up records (one per partition, `partitions` of them, timestamp
+/// `input.base_ts`; they may be written more than once, see `run.rs`).
 pub fn expected(workload: &str, input: &Input, partitions: i32) -> Expected {
-    let warm = partitions as u64;
     match workload {
-        "passthrough" => Expected::Records(warm + input.records),
+        // Every key has a profile, so the inner join outputs every record.
+        "passthrough" | "join" => Expected::Records(input.records),
         "stateless" => Expected::Records(
-            warm + (0..input.records)
+            (0..input.records)
                 .filter(|&i| keep(&input.event(i)))
                 .count() as u64,
         ),

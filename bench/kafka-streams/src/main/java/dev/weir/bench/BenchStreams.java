@@ -14,6 +14,7 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -21,11 +22,12 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
 
 /**
  * Kafka Streams running the benchmark workloads of Weir's harness
- * (bench/harness/topologies.rs builds the same four topologies with Weir).
+ * (bench/harness/topologies.rs builds the same five topologies with Weir).
  *
  * <p>Arguments are {@code key=value}: workload (passthrough, stateless, count,
- * window), guarantee (at_least_once, exactly_once_v2), threads, commit_ms,
- * input, output, app_id, bootstrap, state_dir. Runs until SIGTERM, then
+ * window, join), guarantee (at_least_once, exactly_once_v2), threads,
+ * commit_ms, input, output, table (the join's table topic), app_id,
+ * bootstrap, state_dir. Runs until SIGTERM, then
  * closes (commit, leave the group).
  */
 public final class BenchStreams {
@@ -48,6 +50,24 @@ public final class BenchStreams {
         public long cents;
     }
 
+    /** A table row of the join workload. */
+    public static final class Profile {
+        public String user;
+        public String tier;
+        public String region;
+    }
+
+    /** The join workload's output: the event and its key's profile. */
+    public static final class Joined {
+        public long id;
+        public String user;
+        public long amount;
+        public String kind;
+        public String pad;
+        public String tier;
+        public String region;
+    }
+
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private static final Serde<Event> EVENT = Serdes.serdeFrom(
@@ -65,6 +85,26 @@ public final class BenchStreams {
             (topic, bytes) -> {
                 try {
                     return JSON.readValue(bytes, Enriched.class);
+                } catch (IOException ex) {
+                    throw new RuntimeException(ex);
+                }
+            });
+
+    private static final Serde<Profile> PROFILE = Serdes.serdeFrom(
+            (topic, e) -> write(e),
+            (topic, bytes) -> {
+                try {
+                    return JSON.readValue(bytes, Profile.class);
+                } catch (IOException ex) {
+                    throw new RuntimeException(ex);
+                }
+            });
+
+    private static final Serde<Joined> JOINED = Serdes.serdeFrom(
+            (topic, e) -> write(e),
+            (topic, bytes) -> {
+                try {
+                    return JSON.readValue(bytes, Joined.class);
                 } catch (IOException ex) {
                     throw new RuntimeException(ex);
                 }
@@ -128,6 +168,23 @@ public final class BenchStreams {
                     .toStream()
                     .to(output, Produced.with(
                             WindowedSerdes.timeWindowedSerdeFrom(String.class, 60_000L), Serdes.Long()));
+            case "join" -> {
+                KTable<String, Profile> profiles = b.table(a.get("table"),
+                        Consumed.with(Serdes.String(), PROFILE), Materialized.as("profiles"));
+                b.stream(input, Consumed.with(Serdes.String(), EVENT))
+                        .join(profiles, (e, pr) -> {
+                            Joined out = new Joined();
+                            out.id = e.id;
+                            out.user = e.user;
+                            out.amount = e.amount;
+                            out.kind = e.kind;
+                            out.pad = e.pad;
+                            out.tier = pr.tier;
+                            out.region = pr.region;
+                            return out;
+                        })
+                        .to(output, Produced.with(Serdes.String(), JOINED));
+            }
             default -> throw new IllegalArgumentException("unknown workload " + workload);
         }
 
