@@ -5,9 +5,12 @@
 //! the broker, the runtime tests count exactly with the cache on, as it is
 //! by default.)
 
+use std::time::Duration;
+
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
 use weir::serdes::{I64Serde, OptionSerde, StringSerde, UnitSerde};
 use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
+use weir::windows::{TimeWindows, Windowed, WindowedSerde};
 
 fn word_count() -> Topology {
     let builder = StreamsBuilder::new();
@@ -114,4 +117,52 @@ fn a_key_updated_several_times_by_one_record_is_emitted_once_with_its_timestamp(
         got,
         vec![(s("a"), Some(3), 5_000), (s("b"), Some(1), 7_000)]
     );
+}
+
+/// Tumbling 10 ms windows counted per key; one input record "a" → "x,y,z"
+/// updates window [0, 10) of "a" three times.
+fn window_counts(cache_max_bytes: u64) -> (Vec<(Windowed<String>, Option<i64>)>, usize) {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>("events", Consumed::new())
+        .flat_map(|k: String, v: String| {
+            v.split(',')
+                .map(|part| (k.clone(), part.to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .group_by_key(Grouped::new())
+        .windowed_by(
+            TimeWindows::of_size_with_grace(Duration::from_millis(10), Duration::from_millis(5))
+                .unwrap(),
+        )
+        .count(Materialized::as_("wc"))
+        .to_stream()
+        .to("out", Produced::new());
+    let config = DriverConfig::new("win").with_cache_max_bytes(cache_max_bytes);
+    let mut driver = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let input = TestInputTopic::new("events", StringSerde, StringSerde);
+    let out = TestOutputTopic::new(
+        "out",
+        WindowedSerde::time(StringSerde, 10),
+        OptionSerde::new(I64Serde),
+    );
+    driver.pipe(&input, s("a"), s("x,y,z"), 3).unwrap();
+    driver.pipe(&input, s("a"), s("x"), 12).unwrap();
+    driver.pipe(&input, s("a"), s("y,z"), 8).unwrap();
+    let got = driver.read_key_values(&out).unwrap();
+    (got, driver.all_raw("win-wc-changelog").len())
+}
+
+#[test]
+fn window_updates_collapse_per_window_with_the_cache() {
+    let w = |start: i64, n: i64| (Windowed::new(s("a"), start, start + 10), Some(n));
+    let (cached, changelog) = window_counts(1 << 20);
+    assert_eq!(cached, vec![w(0, 3), w(10, 1), w(0, 5)]);
+    assert_eq!(changelog, 3);
+    let (every, changelog) = window_counts(0);
+    assert_eq!(
+        every,
+        vec![w(0, 1), w(0, 2), w(0, 3), w(10, 1), w(0, 4), w(0, 5)]
+    );
+    assert_eq!(changelog, 6);
 }

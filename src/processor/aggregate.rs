@@ -30,23 +30,93 @@ use super::error::{KeyOrValue, ProcessorError};
 use super::node::{ErasedNode, take_record};
 use super::record::{Change, Headers, Record};
 
-/// Bytes charged per cached key on top of its serialized key (the entry,
+/// Bytes charged per cached key on top of its serialized id (the entry,
 /// its map node and the two aggregates; an estimate, as aggregates are not
 /// serialized until the flush).
-fn entry_bytes<K, A>(key_bytes: usize) -> u64 {
-    (key_bytes
+fn entry_bytes<T, A>(id_bytes: usize) -> u64 {
+    (id_bytes
         + crate::state::cache::ENTRY_OVERHEAD_BYTES as usize
-        + std::mem::size_of::<Entry<K, A>>()) as u64
+        + std::mem::size_of::<(Vec<u8>, Held<T, A>)>()) as u64
 }
 
-struct Entry<K, A> {
-    key: K,
+/// The latest update of one key (or window) held back since the last flush.
+pub(crate) struct Held<T, A> {
+    /// The key as the node forwards it (a key, or a windowed key).
+    pub(crate) key: T,
     /// The current aggregate (always `Some` between calls).
-    value: Option<A>,
+    pub(crate) value: Option<A>,
     /// The value as of the previous flush (what the store holds).
-    old: Option<A>,
-    timestamp: i64,
-    headers: Headers,
+    pub(crate) old: Option<A>,
+    pub(crate) timestamp: i64,
+    pub(crate) headers: Headers,
+}
+
+/// The held updates of one caching node, charged to the instance's budget.
+/// Ids are the serialized store key (plus window start), so a flush runs in
+/// store order.
+pub(crate) struct UpdateCache<T, A> {
+    budget: Option<Arc<CacheBudget>>,
+    entries: BTreeMap<Vec<u8>, Held<T, A>>,
+    /// Bytes charged to the budget for `entries`.
+    charged: u64,
+}
+
+impl<T, A> Default for UpdateCache<T, A> {
+    fn default() -> Self {
+        UpdateCache {
+            budget: None,
+            entries: BTreeMap::new(),
+            charged: 0,
+        }
+    }
+}
+
+impl<T, A> UpdateCache<T, A> {
+    /// Turns caching on with the instance's budget (`None`: off).
+    pub(crate) fn set_budget(&mut self, budget: Option<Arc<CacheBudget>>) {
+        self.budget = budget;
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.budget.is_some()
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &[u8]) -> Option<&mut Held<T, A>> {
+        self.entries.get_mut(id)
+    }
+
+    /// Holds `entry`; returns whether the budget is now full (flush then).
+    pub(crate) fn insert(&mut self, id: Vec<u8>, entry: Held<T, A>) -> bool {
+        let bytes = entry_bytes::<T, A>(id.len());
+        self.entries.insert(id, entry);
+        self.charged += bytes;
+        self.budget.as_ref().is_some_and(|b| b.charge(bytes))
+    }
+
+    /// Takes every held update, in id order, and releases their bytes.
+    pub(crate) fn take(&mut self) -> BTreeMap<Vec<u8>, Held<T, A>> {
+        self.release();
+        std::mem::take(&mut self.entries)
+    }
+
+    /// Drops every held update (the task aborted or closes).
+    pub(crate) fn discard(&mut self) {
+        self.release();
+        self.entries.clear();
+    }
+
+    fn release(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.release(self.charged);
+        }
+        self.charged = 0;
+    }
+}
+
+impl<T, A> Drop for UpdateCache<T, A> {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// The aggregation function: `(key, value, current aggregate) → new aggregate`.
@@ -57,11 +127,7 @@ pub(crate) struct AggregateNode<K, V, A> {
     store: String,
     key_serde: SharedSerde<K>,
     f: AggregateFn<K, V, A>,
-    /// Set at `init`: the instance's budget, when this node caches.
-    budget: Option<Arc<CacheBudget>>,
-    cache: BTreeMap<Vec<u8>, Entry<K, A>>,
-    /// Bytes charged to the budget for `cache`.
-    held: u64,
+    cache: UpdateCache<K, A>,
     key_buf: Vec<u8>,
 }
 
@@ -75,9 +141,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
             store,
             key_serde,
             f,
-            budget: None,
-            cache: BTreeMap::new(),
-            held: 0,
+            cache: UpdateCache::default(),
             key_buf: Vec::new(),
         })
     }
@@ -90,7 +154,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
     ) -> Result<(), ProcessorError> {
         let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
         let kv = ctx.key_value_store::<K, A>(&self.store)?;
-        let Some(budget) = self.budget.clone() else {
+        if !self.cache.enabled() {
             let old = kv.get(&r.key)?;
             let new = (self.f)(&r.key, r.value, old.clone());
             kv.put(&r.key, &new)?;
@@ -103,7 +167,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
                 timestamp: r.timestamp,
                 headers: r.headers,
             });
-        };
+        }
         self.key_buf.clear();
         self.key_serde
             .serialize(&self.store, &r.key, &mut self.key_buf)
@@ -121,10 +185,9 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
         }
         let old = kv.get(&r.key)?;
         let new = (self.f)(&r.key, r.value, old.clone());
-        let bytes = entry_bytes::<K, A>(self.key_buf.len());
-        self.cache.insert(
+        let full = self.cache.insert(
             self.key_buf.clone(),
-            Entry {
+            Held {
                 key: r.key,
                 value: Some(new),
                 old,
@@ -132,8 +195,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
                 headers: r.headers,
             },
         );
-        self.held += bytes;
-        if budget.charge(bytes) {
+        if full {
             self.flush_cache(frame, node)?;
         }
         Ok(())
@@ -141,11 +203,10 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
 
     /// Writes and forwards every held key, in key order, and empties the cache.
     fn flush_cache<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        if self.cache.is_empty() {
+        let entries = self.cache.take();
+        if entries.is_empty() {
             return Ok(());
         }
-        self.release();
-        let entries = std::mem::take(&mut self.cache);
         let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
         let kv = ctx.key_value_store::<K, A>(&self.store)?;
         let previous = frame.current_timestamp.get();
@@ -172,28 +233,14 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
         frame.current_timestamp.set(previous);
         result
     }
-
-    fn release(&mut self) {
-        if let Some(budget) = &self.budget {
-            budget.release(self.held);
-        }
-        self.held = 0;
-    }
 }
 
 impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> ErasedNode
     for AggregateNode<K, V, A>
 {
     fn init<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        let store = frame.stores.iter().position(|s| s.name == self.store);
-        let shared = store.is_some_and(|store| {
-            frame
-                .nodes
-                .iter()
-                .enumerate()
-                .any(|(i, n)| i != node && n.stores.contains(&store))
-        });
-        self.budget = (frame.cache.enabled() && !shared).then(|| frame.cache.clone());
+        let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
+        self.cache.set_budget(ctx.cache_budget_for(&self.store));
         Ok(())
     }
 
@@ -215,19 +262,10 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> ErasedNod
     }
 
     fn discard(&mut self) {
-        self.release();
-        self.cache.clear();
+        self.cache.discard();
     }
 
     fn close(&mut self) {
         self.discard();
-    }
-}
-
-impl<K, V, A> Drop for AggregateNode<K, V, A> {
-    fn drop(&mut self) {
-        if let Some(budget) = &self.budget {
-            budget.release(self.held);
-        }
     }
 }

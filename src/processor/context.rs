@@ -109,6 +109,32 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
         }
     }
 
+    /// The instance's record cache budget, for a processor that caches the
+    /// updates of `store`: `None` when caching is off or another processor
+    /// also reads the store (it must see every update at once).
+    pub(crate) fn cache_budget_for(
+        &self,
+        store: &str,
+    ) -> Option<std::sync::Arc<crate::state::CacheBudget>> {
+        if !self.frame.cache.enabled() {
+            return None;
+        }
+        let index = self.frame.stores.iter().position(|s| s.name == store)?;
+        let shared = self
+            .frame
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != self.node && n.stores.contains(&index));
+        (!shared).then(|| self.frame.cache.clone())
+    }
+
+    /// Sets the timestamp the next store writes log with (a flush writes
+    /// each held update with its own); returns the previous one.
+    pub(crate) fn replace_timestamp(&self, timestamp: i64) -> i64 {
+        self.frame.current_timestamp.replace(timestamp)
+    }
+
     /// The name of the processor this context belongs to.
     pub fn processor_name(&self) -> &'a str {
         &self.frame.nodes[self.node].name

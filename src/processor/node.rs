@@ -154,6 +154,69 @@ where
     }
 }
 
+/// Crate-internal hooks of a processor that holds updates in the record
+/// cache; [`CachingNode`] runs such a processor as a node.
+pub(crate) trait CacheHooks<KOut, VOut> {
+    /// Forwards (and writes) what the processor held back.
+    fn flush(&mut self, ctx: &ProcessorContext<'_, KOut, VOut>) -> Result<(), ProcessorError>;
+    /// Drops what the processor held back.
+    fn discard(&mut self);
+}
+
+/// Runs a typed [`Processor`] with [`CacheHooks`] as a graph node.
+pub(crate) struct CachingNode<P, KIn, VIn, KOut, VOut>(ProcessorNode<P, KIn, VIn, KOut, VOut>);
+
+impl<P, KIn, VIn, KOut, VOut> CachingNode<P, KIn, VIn, KOut, VOut>
+where
+    P: Processor<KIn, VIn, KOut, VOut> + CacheHooks<KOut, VOut>,
+    KIn: 'static,
+    VIn: 'static,
+    KOut: 'static,
+    VOut: 'static,
+{
+    pub(crate) fn boxed(processor: P) -> Box<dyn ErasedNode> {
+        Box::new(CachingNode(ProcessorNode {
+            processor,
+            _types: PhantomData,
+        }))
+    }
+}
+
+impl<P, KIn, VIn, KOut, VOut> ErasedNode for CachingNode<P, KIn, VIn, KOut, VOut>
+where
+    P: Processor<KIn, VIn, KOut, VOut> + CacheHooks<KOut, VOut>,
+    KIn: 'static,
+    VIn: 'static,
+    KOut: 'static,
+    VOut: 'static,
+{
+    fn init<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
+        self.0.init(frame, node)
+    }
+
+    fn process<'a>(
+        &mut self,
+        frame: &'a Frame<'a>,
+        node: usize,
+        input: &mut dyn Any,
+    ) -> Result<(), ProcessorError> {
+        self.0.process(frame, node, input)
+    }
+
+    fn flush<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
+        self.0.processor.flush(&ProcessorContext::new(frame, node))
+    }
+
+    fn discard(&mut self) {
+        self.0.processor.discard();
+    }
+
+    fn close(&mut self) {
+        self.0.processor.discard();
+        self.0.close();
+    }
+}
+
 /// A processor from a closure: how the DSL's stateless operators are built.
 pub(crate) struct FnProcessor<F>(pub(crate) F);
 

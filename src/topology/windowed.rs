@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 
-use crate::processor::node::ErasedNode;
+use crate::processor::node::{CachingNode, ErasedNode};
 use crate::processor::{Change, ProcessorNode, StoreKind, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
 use crate::windows::serde::ListSerde;
@@ -232,7 +232,10 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     options!();
 
     /// Counts the records per key and window.
-    pub fn count(self, materialized: Materialized<K, i64>) -> KTable<Windowed<K>, i64> {
+    pub fn count(self, materialized: Materialized<K, i64>) -> KTable<Windowed<K>, i64>
+    where
+        K: Send,
+    {
         self.aggregate_with(materialized, |_, _, old: Option<i64>| old.unwrap_or(0) + 1)
     }
 
@@ -241,7 +244,11 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         materialized: Materialized<K, V>,
-    ) -> KTable<Windowed<K>, V> {
+    ) -> KTable<Windowed<K>, V>
+    where
+        K: Send,
+        V: Send,
+    {
         self.aggregate_with(materialized, move |_, value, old| match old {
             Some(agg) => reducer(agg, value),
             None => value,
@@ -255,17 +262,24 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         initializer: impl Fn() -> A + Send + Sync + 'static,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
         materialized: Materialized<K, A>,
-    ) -> KTable<Windowed<K>, A> {
+    ) -> KTable<Windowed<K>, A>
+    where
+        K: Send,
+        A: Send,
+    {
         self.aggregate_with(materialized, move |key, value, old| {
             aggregator(key, value, old.unwrap_or_else(&initializer))
         })
     }
 
-    fn aggregate_with<A: Data>(
+    fn aggregate_with<A: Data + Send>(
         self,
         materialized: Materialized<K, A>,
         f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
-    ) -> KTable<Windowed<K>, A> {
+    ) -> KTable<Windowed<K>, A>
+    where
+        K: Send,
+    {
         let f: windows::time::AggregateFn<K, V, A> = Arc::new(f);
         let store_kind = |retention_ms, segment_interval_ms| StoreKind::Window {
             retention_ms,
@@ -287,13 +301,12 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                     materialized,
                     kind,
                     move |spec| {
-                        ProcessorNode::<_, K, V, Windowed<K>, Change<A>>::boxed(
-                            TimeWindowAggregate {
-                                windows,
-                                spec,
-                                f: f.clone(),
-                            },
-                        )
+                        CachingNode::<_, K, V, Windowed<K>, Change<A>>::boxed(TimeWindowAggregate {
+                            windows,
+                            spec,
+                            f: f.clone(),
+                            cache: Default::default(),
+                        })
                     },
                 )
             }

@@ -7,12 +7,20 @@
 //! early strategies, forward the final result of every window that closed
 //! since (see [`super::trigger`]), and expire the store at stream time —
 //! after the final results, so a window is never expired before it was emitted.
+//!
+//! With `OnEveryUpdate` (no trigger) and the record cache on, the updates of
+//! a window within a commit interval collapse as for key-value aggregations
+//! ([`crate::processor::aggregate`]): the window's latest value is written
+//! and forwarded once, at the flush before the commit (or when the budget is
+//! full).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::processor::aggregate::{Held, UpdateCache};
+use crate::processor::node::CacheHooks;
 use crate::processor::{
-    Change, Processor, ProcessorContext, ProcessorError, PunctuationType, Record,
+    Change, Headers, Processor, ProcessorContext, ProcessorError, PunctuationType, Record,
 };
 use crate::serdes::SharedSerde;
 use crate::state::window::{changelog_key, split_changelog_key};
@@ -184,6 +192,8 @@ pub(crate) struct TimeWindowAggregate<K, V, A> {
     pub(crate) windows: TimeWindows,
     pub(crate) spec: Arc<Spec<K, V>>,
     pub(crate) f: AggregateFn<K, V, A>,
+    /// Held window updates, by changelog key (key bytes ++ window start).
+    pub(crate) cache: UpdateCache<Windowed<K>, A>,
 }
 
 type Out<'a, K, A> = ProcessorContext<'a, Windowed<K>, Change<A>>;
@@ -228,11 +238,15 @@ pub(crate) fn forward_ids<K: Clone + 'static, V: 'static, A: Clone + 'static>(
 
 impl<K, V, A> Processor<K, V, Windowed<K>, Change<A>> for TimeWindowAggregate<K, V, A>
 where
-    K: Clone + 'static,
+    K: Clone + Send + 'static,
     V: Clone + 'static,
-    A: Clone + 'static,
+    A: Clone + Send + 'static,
 {
     fn init(&mut self, ctx: &Out<'_, K, A>) -> Result<(), ProcessorError> {
+        if self.spec.trigger_store.is_none() {
+            self.cache
+                .set_budget(ctx.cache_budget_for(&self.spec.store));
+        }
         let size_ms = self.windows.size_ms();
         self.spec.schedule_early(ctx, move |spec, ctx, ids| {
             forward_ids(spec, size_ms, ctx, ids)
@@ -241,7 +255,7 @@ where
     }
 
     fn process(&mut self, ctx: &Out<'_, K, A>, r: Record<K, V>) -> Result<(), ProcessorError> {
-        let spec = &self.spec;
+        let spec = &self.spec.clone();
         let stream_time = ctx.stream_time();
         let store = ctx.window_store::<K, A>(&spec.store)?;
         let triggers = spec.trigger(ctx)?;
@@ -249,9 +263,11 @@ where
             &triggers,
             stream_time.saturating_sub(self.windows.grace_ms()),
         )?;
-        let key_bytes = match &triggers {
-            Some(_) => spec.encode_key(&spec.store, &r.key)?,
-            None => Vec::new(),
+        let caching = self.cache.enabled();
+        let key_bytes = if triggers.is_some() || caching {
+            spec.encode_key(&spec.store, &r.key)?
+        } else {
+            Vec::new()
         };
         let mut open = false;
         for window in self.windows.windows_for(r.timestamp) {
@@ -259,6 +275,28 @@ where
                 continue;
             }
             open = true;
+            if caching {
+                let id = changelog_key(&key_bytes, window.start_ms);
+                if let Some(e) = self.cache.get_mut(&id) {
+                    let current = e.value.take();
+                    e.value = Some((self.f)(&r.key, r.value.clone(), current));
+                    e.timestamp = r.timestamp;
+                    continue;
+                }
+                let old = store.fetch(&r.key, window.start_ms)?;
+                let new = (self.f)(&r.key, r.value.clone(), old.clone());
+                let held = Held {
+                    key: Windowed::new(r.key.clone(), window.start_ms, window.end_ms),
+                    value: Some(new),
+                    old,
+                    timestamp: r.timestamp,
+                    headers: Headers::new(),
+                };
+                if self.cache.insert(id, held) {
+                    self.flush(ctx)?;
+                }
+                continue;
+            }
             let old = store.fetch(&r.key, window.start_ms)?;
             let new = (self.f)(&r.key, r.value.clone(), old.clone());
             store.put(&r.key, window.start_ms, Some(&new))?;
@@ -290,5 +328,47 @@ where
             forward_ids(spec, self.windows.size_ms(), ctx, &ids)?;
         }
         store.expire(stream_time)
+    }
+}
+
+impl<K, V, A> CacheHooks<Windowed<K>, Change<A>> for TimeWindowAggregate<K, V, A>
+where
+    K: Clone + Send + 'static,
+    V: Clone + 'static,
+    A: Clone + Send + 'static,
+{
+    fn flush(&mut self, ctx: &Out<'_, K, A>) -> Result<(), ProcessorError> {
+        let held = self.cache.take();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let store = ctx.window_store::<K, A>(&self.spec.store)?;
+        let previous = ctx.replace_timestamp(ctx.timestamp());
+        let mut result = Ok(());
+        for e in held.into_values() {
+            let new = e.value.expect("a held window has a value");
+            // The changelog record carries the window's latest update time.
+            ctx.replace_timestamp(e.timestamp);
+            let start = e.key.window.start_ms;
+            result = store.put(&e.key.key, start, Some(&new)).and_then(|()| {
+                ctx.forward(Record::new(
+                    e.key,
+                    Change {
+                        new: Some(new),
+                        old: e.old,
+                    },
+                    e.timestamp,
+                ))
+            });
+            if result.is_err() {
+                break;
+            }
+        }
+        ctx.replace_timestamp(previous);
+        result
+    }
+
+    fn discard(&mut self) {
+        self.cache.discard();
     }
 }
