@@ -44,7 +44,7 @@ struct ReportArgs {
     #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
     bootstrap: String,
     /// Input records per run.
-    #[arg(long, env = "BENCH_RECORDS", default_value_t = 500_000)]
+    #[arg(long, env = "BENCH_RECORDS", default_value_t = 1_000_000)]
     records: u64,
     /// Distinct keys.
     #[arg(long, env = "BENCH_KEYS", default_value_t = 10_000)]
