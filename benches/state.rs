@@ -4,19 +4,19 @@
 //!
 //! Run: `cargo bench --bench state -- --warm-up-time 1 --measurement-time 2`.
 //!
-//! Figures of one brief run (2026-11-29, 2 shared cores under load ~7 from
-//! parallel builds, so noisy; `--profile dev` with opt-level 2, RocksDB
-//! C++ at -O2), mean per iteration:
+//! Figures of one brief run (2026-11-30, 2 shared cores, load ~2, release
+//! build), median per iteration:
 //!
 //! | benchmark                          | in-memory | RocksDB  |
 //! |------------------------------------|-----------|----------|
-//! | put 1 000 keys + commit            | 2.7 ms    | 20.4 ms  |
-//! | get (100k keys)                    | 1.4 µs    | 4.3 µs   |
-//! | range scan, 100 entries            | 51 µs     | 39 µs    |
-//! | window fetch, one key, 10 windows  | 6.4 µs    | 13.5 µs  |
+//! | put 1 000 keys + commit            | 2.4 ms    | 1.5 ms   |
+//! | get (100k keys)                    | 1.2 µs    | 3.1 µs   |
+//! | range scan, 100 entries            | 26 µs     | 22 µs    |
+//! | window fetch, one key, 10 windows  | 2.9 µs    | 6.9 µs   |
 //!
-//! The RocksDB put figure includes the commit's write batch and blocking
-//! memtable flush (the durability price of running without WAL).
+//! The RocksDB put figure includes the commit's write batch, appended to
+//! RocksDB's WAL without sync (it was 20.4 ms while each commit flushed the
+//! memtables).
 
 use std::hint::black_box;
 use std::ops::Bound;

@@ -10,12 +10,15 @@
 //! `max_bytes` of 0 disables caching: every write comes straight back as
 //! evicted.
 //!
-//! [`CachingKeyValueStore`] puts a cache in front of a [`KeyValueStore`].
-//! Its protocol with the runtime, per commit interval:
+//! [`CachingKeyValueStore`] puts a cache in front of a [`KeyValueStore`], for
+//! code that drives stores itself. (The DSL's aggregations do not use it:
+//! they hold updates in their processor nodes, charged to a
+//! [`CacheBudget`], see `crate::processor::aggregate`.) Its protocol, per
+//! commit interval:
 //!
-//! 1. processors write through it; after each write the runtime may drain
+//! 1. processors write through it; after each write the caller may drain
 //!    [`CachingKeyValueStore::take_evicted`] and forward/log those entries;
-//! 2. at commit the runtime calls [`CachingKeyValueStore::flush`], forwards
+//! 2. at commit the caller calls [`CachingKeyValueStore::flush`], forwards
 //!    and logs the returned entries, commits the Kafka transaction, then
 //!    calls [`StateStore::commit`] with the last changelog offset;
 //! 3. on abort [`StateStore::abort`] empties the cache and the store's open
