@@ -1,7 +1,8 @@
 //! The record cache of aggregations through the test driver, which flushes
 //! and commits after every input record: the updates one input record
 //! causes collapse to one output and one changelog record per key, with the
-//! record's timestamp; a full budget sends everything through at once. (On
+//! record's timestamp; a full budget sends everything through at once; a
+//! store that a join also reads is not cached. (On
 //! the broker, the runtime tests count exactly with the cache on, as it is
 //! by default.)
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
 use weir::serdes::{I64Serde, OptionSerde, StringSerde, UnitSerde};
-use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
+use weir::topology::{Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, Topology};
 use weir::windows::{TimeWindows, Windowed, WindowedSerde};
 
 fn word_count() -> Topology {
@@ -121,7 +122,9 @@ fn a_key_updated_several_times_by_one_record_is_emitted_once_with_its_timestamp(
 
 /// Tumbling 10 ms windows counted per key; one input record "a" → "x,y,z"
 /// updates window [0, 10) of "a" three times.
-fn window_counts(cache_max_bytes: u64) -> (Vec<(Windowed<String>, Option<i64>)>, usize) {
+type WindowCounts = Vec<(Windowed<String>, Option<i64>)>;
+
+fn window_counts(cache_max_bytes: u64) -> (WindowCounts, usize) {
     let builder = StreamsBuilder::new();
     builder
         .stream::<String, String>("events", Consumed::new())
@@ -165,4 +168,37 @@ fn window_updates_collapse_per_window_with_the_cache() {
         vec![w(0, 1), w(0, 2), w(0, 3), w(10, 1), w(0, 4), w(0, 5)]
     );
     assert_eq!(changelog, 6);
+}
+
+#[test]
+fn a_store_another_processor_reads_is_not_cached() {
+    let builder = StreamsBuilder::new();
+    let counts = builder
+        .stream::<String, String>("events", Consumed::new())
+        .flat_map(|k: String, v: String| {
+            v.split(',')
+                .map(|part| (k.clone(), part.to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .group_by_key(Grouped::new())
+        .count(Materialized::as_("c"));
+    counts.to_stream().to("out", Produced::new());
+    // The join reads store "c": it must see every update at once.
+    builder
+        .stream::<String, String>("probes", Consumed::new())
+        .join_table(&counts, |_: &String, n: &i64| *n, Joined::new())
+        .to("probed", Produced::new());
+    let config = DriverConfig::new("shared").with_cache_max_bytes(1 << 20);
+    let mut driver = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let input = TestInputTopic::new("events", StringSerde, StringSerde);
+    let out = TestOutputTopic::new("out", StringSerde, OptionSerde::new(I64Serde));
+    driver.pipe(&input, s("a"), s("x,y,z"), 5).unwrap();
+    assert_eq!(
+        driver.read_key_values(&out).unwrap(),
+        vec![(s("a"), Some(1)), (s("a"), Some(2)), (s("a"), Some(3))]
+    );
+    let probes = TestInputTopic::new("probes", StringSerde, StringSerde);
+    let probed = TestOutputTopic::new("probed", StringSerde, I64Serde);
+    driver.pipe(&probes, s("a"), s("?"), 6).unwrap();
+    assert_eq!(driver.read_key_values(&probed).unwrap(), vec![(s("a"), 3)]);
 }

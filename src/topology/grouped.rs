@@ -111,7 +111,7 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
 
     /// Folds the values per key: `aggregator(key, value, aggregate)` starting
     /// from `initializer()`.
-    pub fn aggregate<A: Data>(
+    pub fn aggregate<A: Data + Send>(
         &self,
         initializer: impl Fn() -> A + Send + Sync + 'static,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
@@ -119,7 +119,6 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     ) -> KTable<K, A>
     where
         K: Send,
-        A: Send,
     {
         self.aggregate_with(materialized, move |key, value, old| {
             aggregator(key, value, old.unwrap_or_else(&initializer))

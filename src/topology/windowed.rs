@@ -257,7 +257,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
 
     /// Folds the values per key and window with `aggregator(key, value,
     /// aggregate)`, starting each window from `initializer()`.
-    pub fn aggregate<A: Data>(
+    pub fn aggregate<A: Data + Send>(
         self,
         initializer: impl Fn() -> A + Send + Sync + 'static,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
@@ -265,7 +265,6 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     ) -> KTable<Windowed<K>, A>
     where
         K: Send,
-        A: Send,
     {
         self.aggregate_with(materialized, move |key, value, old| {
             aggregator(key, value, old.unwrap_or_else(&initializer))
