@@ -18,16 +18,16 @@
 //! A store read by another processor (a join reading the table) is not
 //! cached, so readers never miss an update that is only in the cache.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::serdes::SharedSerde;
 use crate::state::CacheBudget;
 
-use super::context::{Frame, ProcessorContext};
+use super::Processor;
+use super::context::ProcessorContext;
 use super::error::{KeyOrValue, ProcessorError};
-use super::node::{ErasedNode, take_record};
+use super::node::{CacheHooks, CachingNode, ErasedNode};
 use super::record::{Change, Headers, Record};
 
 /// Bytes charged per cached key on top of its serialized id (the entry,
@@ -49,6 +49,15 @@ pub(crate) struct Held<T, A> {
     pub(crate) old: Option<A>,
     pub(crate) timestamp: i64,
     pub(crate) headers: Headers,
+}
+
+impl<T, A> Held<T, A> {
+    /// Applies `f` to the held aggregate; `timestamp` becomes the latest
+    /// update time.
+    pub(crate) fn update(&mut self, timestamp: i64, f: impl FnOnce(Option<A>) -> A) {
+        self.value = Some(f(self.value.take()));
+        self.timestamp = timestamp;
+    }
 }
 
 /// The held updates of one caching node, charged to the instance's budget.
@@ -93,12 +102,6 @@ impl<T, A> UpdateCache<T, A> {
         self.budget.as_ref().is_some_and(|b| b.charge(bytes))
     }
 
-    /// Takes every held update, in id order, and releases their bytes.
-    pub(crate) fn take(&mut self) -> BTreeMap<Vec<u8>, Held<T, A>> {
-        self.release();
-        std::mem::take(&mut self.entries)
-    }
-
     /// Drops every held update (the task aborted or closes).
     pub(crate) fn discard(&mut self) {
         self.release();
@@ -110,6 +113,43 @@ impl<T, A> UpdateCache<T, A> {
             budget.release(self.charged);
         }
         self.charged = 0;
+    }
+}
+
+impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
+    /// Empties the cache in id order: `write` puts each held aggregate into
+    /// the store (logging it with the update's timestamp), then it goes
+    /// downstream as `Change { new, old }`. Stops at the first error.
+    pub(crate) fn flush(
+        &mut self,
+        ctx: &ProcessorContext<'_, T, Change<A>>,
+        mut write: impl FnMut(&T, &A) -> Result<(), ProcessorError>,
+    ) -> Result<(), ProcessorError> {
+        self.release();
+        let entries = std::mem::take(&mut self.entries);
+        let previous = ctx.replace_timestamp(ctx.timestamp());
+        let mut result = Ok(());
+        for e in entries.into_values() {
+            let new = e.value.expect("a held entry has a value");
+            // The changelog record carries the latest update's timestamp.
+            ctx.replace_timestamp(e.timestamp);
+            result = write(&e.key, &new).and_then(|()| {
+                ctx.forward(Record {
+                    key: e.key,
+                    value: Change {
+                        new: Some(new),
+                        old: e.old,
+                    },
+                    timestamp: e.timestamp,
+                    headers: e.headers,
+                })
+            });
+            if result.is_err() {
+                break;
+            }
+        }
+        ctx.replace_timestamp(previous);
+        result
     }
 }
 
@@ -137,7 +177,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
         key_serde: SharedSerde<K>,
         f: AggregateFn<K, V, A>,
     ) -> Box<dyn ErasedNode> {
-        Box::new(AggregateNode {
+        CachingNode::<_, K, V, K, Change<A>>::boxed(AggregateNode {
             store,
             key_serde,
             f,
@@ -145,14 +185,21 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
             key_buf: Vec::new(),
         })
     }
+}
 
-    fn process_record<'a>(
+impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Processor<K, V, K, Change<A>>
+    for AggregateNode<K, V, A>
+{
+    fn init(&mut self, ctx: &ProcessorContext<'_, K, Change<A>>) -> Result<(), ProcessorError> {
+        self.cache.set_budget(ctx.cache_budget_for(&self.store));
+        Ok(())
+    }
+
+    fn process(
         &mut self,
-        frame: &'a Frame<'a>,
-        node: usize,
+        ctx: &ProcessorContext<'_, K, Change<A>>,
         r: Record<K, V>,
     ) -> Result<(), ProcessorError> {
-        let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
         let kv = ctx.key_value_store::<K, A>(&self.store)?;
         if !self.cache.enabled() {
             let old = kv.get(&r.key)?;
@@ -176,96 +223,37 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
                 target: self.store.clone(),
                 source,
             })?;
-        if let Some(e) = self.cache.get_mut(self.key_buf.as_slice()) {
-            let current = e.value.take();
-            e.value = Some((self.f)(&r.key, r.value, current));
-            e.timestamp = r.timestamp;
+        if let Some(e) = self.cache.get_mut(&self.key_buf) {
+            e.update(r.timestamp, |current| (self.f)(&r.key, r.value, current));
             e.headers = r.headers;
             return Ok(());
         }
         let old = kv.get(&r.key)?;
         let new = (self.f)(&r.key, r.value, old.clone());
-        let full = self.cache.insert(
-            self.key_buf.clone(),
-            Held {
-                key: r.key,
-                value: Some(new),
-                old,
-                timestamp: r.timestamp,
-                headers: r.headers,
-            },
-        );
-        if full {
-            self.flush_cache(frame, node)?;
+        let held = Held {
+            key: r.key,
+            value: Some(new),
+            old,
+            timestamp: r.timestamp,
+            headers: r.headers,
+        };
+        if self.cache.insert(self.key_buf.clone(), held) {
+            self.flush(ctx)?;
         }
         Ok(())
-    }
-
-    /// Writes and forwards every held key, in key order, and empties the cache.
-    fn flush_cache<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        let entries = self.cache.take();
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
-        let kv = ctx.key_value_store::<K, A>(&self.store)?;
-        let previous = frame.current_timestamp.get();
-        let mut result = Ok(());
-        for e in entries.into_values() {
-            let new = e.value.expect("a held entry has a value");
-            // The changelog record carries the latest update's timestamp.
-            frame.current_timestamp.set(e.timestamp);
-            result = kv.put(&e.key, &new).and_then(|()| {
-                ctx.forward(Record {
-                    key: e.key,
-                    value: Change {
-                        new: Some(new),
-                        old: e.old,
-                    },
-                    timestamp: e.timestamp,
-                    headers: e.headers,
-                })
-            });
-            if result.is_err() {
-                break;
-            }
-        }
-        frame.current_timestamp.set(previous);
-        result
     }
 }
 
-impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> ErasedNode
+impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> CacheHooks<K, Change<A>>
     for AggregateNode<K, V, A>
 {
-    fn init<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        let ctx = ProcessorContext::<K, Change<A>>::new(frame, node);
-        self.cache.set_budget(ctx.cache_budget_for(&self.store));
-        Ok(())
-    }
-
-    fn process<'a>(
-        &mut self,
-        frame: &'a Frame<'a>,
-        node: usize,
-        input: &mut dyn Any,
-    ) -> Result<(), ProcessorError> {
-        let record = take_record::<K, V>(frame, node, input)?;
-        let previous = frame.current_timestamp.replace(record.timestamp);
-        let result = self.process_record(frame, node, record);
-        frame.current_timestamp.set(previous);
-        result
-    }
-
-    fn flush<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        self.flush_cache(frame, node)
+    /// Writes and forwards every held key, in key order.
+    fn flush(&mut self, ctx: &ProcessorContext<'_, K, Change<A>>) -> Result<(), ProcessorError> {
+        let kv = ctx.key_value_store::<K, A>(&self.store)?;
+        self.cache.flush(ctx, |key, new| kv.put(key, new))
     }
 
     fn discard(&mut self) {
         self.cache.discard();
-    }
-
-    fn close(&mut self) {
-        self.discard();
     }
 }

@@ -83,7 +83,7 @@ pub(crate) trait ErasedNode: Send {
     fn close(&mut self) {}
 }
 
-pub(crate) fn take_record<K: 'static, V: 'static>(
+fn take_record<K: 'static, V: 'static>(
     frame: &Frame<'_>,
     node: usize,
     input: &mut dyn Any,

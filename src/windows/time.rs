@@ -278,9 +278,9 @@ where
             if caching {
                 let id = changelog_key(&key_bytes, window.start_ms);
                 if let Some(e) = self.cache.get_mut(&id) {
-                    let current = e.value.take();
-                    e.value = Some((self.f)(&r.key, r.value.clone(), current));
-                    e.timestamp = r.timestamp;
+                    e.update(r.timestamp, |current| {
+                        (self.f)(&r.key, r.value.clone(), current)
+                    });
                     continue;
                 }
                 let old = store.fetch(&r.key, window.start_ms)?;
@@ -338,34 +338,10 @@ where
     A: Clone + Send + 'static,
 {
     fn flush(&mut self, ctx: &Out<'_, K, A>) -> Result<(), ProcessorError> {
-        let held = self.cache.take();
-        if held.is_empty() {
-            return Ok(());
-        }
         let store = ctx.window_store::<K, A>(&self.spec.store)?;
-        let previous = ctx.replace_timestamp(ctx.timestamp());
-        let mut result = Ok(());
-        for e in held.into_values() {
-            let new = e.value.expect("a held window has a value");
-            // The changelog record carries the window's latest update time.
-            ctx.replace_timestamp(e.timestamp);
-            let start = e.key.window.start_ms;
-            result = store.put(&e.key.key, start, Some(&new)).and_then(|()| {
-                ctx.forward(Record::new(
-                    e.key,
-                    Change {
-                        new: Some(new),
-                        old: e.old,
-                    },
-                    e.timestamp,
-                ))
-            });
-            if result.is_err() {
-                break;
-            }
-        }
-        ctx.replace_timestamp(previous);
-        result
+        self.cache.flush(ctx, |windowed, new| {
+            store.put(&windowed.key, windowed.window.start_ms, Some(new))
+        })
     }
 
     fn discard(&mut self) {
