@@ -64,6 +64,15 @@ pub enum StreamsError {
     /// A state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An operation against the cluster did not finish in time (the broker
+    /// may be down or overloaded); retried where the runtime can.
+    #[error("timed out after {after:?}: {context}")]
+    Timeout {
+        /// What Weir was waiting for.
+        context: String,
+        /// How long it waited.
+        after: std::time::Duration,
+    },
     /// The operating system refused a resource the runtime needs.
     #[error("{context}: {source}")]
     Io {
