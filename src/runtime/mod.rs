@@ -10,8 +10,10 @@
 //!   lifecycle (`lifecycle.rs`), the rebalance callbacks (`rebalance.rs`);
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
-//! * `standby.rs` — standby replicas;
-//! * `restore.rs` — restoring stores from the changelog tail;
+//! * `changelog/` — the changelog reader: from a store's committed offset
+//!   to the end of its changelog partition, into `restore_batch`;
+//! * `standby.rs` — standby replicas (follow changelogs with the reader);
+//! * `restore.rs` — restoring an active task's stores with the reader;
 //! * `global.rs` — the global thread: loads and updates global tables;
 //! * `collector.rs` — task output into the producer, changelog offsets from
 //!   delivery reports;
@@ -21,6 +23,7 @@
 
 mod app;
 mod buffer;
+pub(crate) mod changelog;
 mod clients;
 mod collector;
 mod error;

@@ -54,6 +54,20 @@ impl InstanceState {
         &self.process_id
     }
 
+    /// Deletes the local state of task `id` (its stores must be closed).
+    pub(crate) fn wipe_task(&self, id: TaskId) -> Result<(), StoreError> {
+        let dir = self
+            .dir
+            .lock()
+            .expect("state dir lock")
+            .path()
+            .join(id.to_string());
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::io(dir, e)),
+            _ => Ok(()),
+        }
+    }
+
     /// A provider opening stores of tasks in this directory.
     pub(crate) fn provider(self: &Arc<Self>) -> TaskStoreProvider {
         TaskStoreProvider {
