@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_standby_follows_from_its_committed_offset() {
-        let log = vec![
+        let log = [
             count_record(0, "a", Some(1)),
             count_record(1, "a", Some(2)),
             count_record(2, "b", Some(1)),
@@ -461,7 +461,7 @@ mod tests {
         restore_in_memory(&mut task, |_: &str| &old[..]).unwrap();
         assert_eq!(task.store_committed_offset("counts"), Some(7));
         // The changelog was deleted and written again: 3 records.
-        let log = vec![
+        let log = [
             count_record(0, "a", Some(1)),
             count_record(1, "b", Some(1)),
             count_record(2, "a", Some(2)),
@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn records_of_a_claimed_standby_are_skipped() {
-        let log = vec![count_record(0, "a", Some(1))];
+        let log = [count_record(0, "a", Some(1))];
         let mut standbys = standbys(word_count_task());
         let mut reader =
             ChangelogReader::new(MemoryChangelog::new(|_: &str| &log[..]), ReadMode::Follow);

@@ -4,9 +4,9 @@
 //!
 //! A [`ChangelogReader`] reads records from a [`ChangelogSource`] — the
 //! broker ([`KafkaChangelog`], a `read_committed` consumer without a group)
-//! or the test driver's in-memory topic logs ([`MemoryChangelog`]) — and
-//! applies them to a [`RestoreTarget`] (a task's stores, or the standby
-//! tasks of an instance).
+//! or the test driver's in-memory topic logs
+//! ([`MemoryChangelog`](memory::MemoryChangelog)) — and applies them to a
+//! [`RestoreTarget`] (a task's stores, or the standby tasks of an instance).
 //!
 //! # Where reading starts ([`Plan`])
 //!

@@ -349,7 +349,7 @@ pub(crate) fn count_record(offset: i64, word: &str, count: Option<i64>) -> Produ
 
 #[test]
 fn a_task_restores_its_store_from_the_committed_offset() {
-    let log = vec![
+    let log = [
         count_record(0, "a", Some(1)),
         count_record(1, "b", Some(1)),
         count_record(2, "a", Some(2)),
