@@ -9,11 +9,10 @@ use std::sync::Arc;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 
 use super::StreamsError;
 use super::collector::{ProducerEvents, ProducerEventsContext, ThreadProducer};
-use super::thread::RebalanceContext;
 use crate::config::StreamsConfig;
 
 fn base(
@@ -29,12 +28,12 @@ fn base(
 }
 
 /// The group consumer of stream thread `index`.
-pub(crate) fn consumer(
+pub(crate) fn consumer<C: ConsumerContext>(
     config: &StreamsConfig,
     index: usize,
     process_id: &str,
-    context: RebalanceContext,
-) -> Result<BaseConsumer<RebalanceContext>, StreamsError> {
+    context: C,
+) -> Result<BaseConsumer<C>, StreamsError> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.bootstrap_servers)
         .set("group.id", &config.application_id)

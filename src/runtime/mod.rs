@@ -23,6 +23,7 @@ mod app;
 mod buffer;
 mod clients;
 mod collector;
+mod env;
 mod error;
 mod global;
 mod purge;
@@ -36,7 +37,7 @@ pub mod topics;
 
 pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};
-pub use error::StreamsError;
+pub use error::{Recovery, StreamsError};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
 pub use state::{AppState, StateListener};

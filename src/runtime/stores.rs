@@ -54,6 +54,17 @@ impl InstanceState {
         &self.process_id
     }
 
+    /// Deletes the local state of task `id` (its stores must be closed), so
+    /// that it is restored from its changelogs in full when opened again.
+    pub(crate) fn wipe_task(&self, id: TaskId) -> Result<(), StoreError> {
+        let dir = self
+            .dir
+            .lock()
+            .expect("state dir lock")
+            .task_dir(&id.to_string())?;
+        std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))
+    }
+
     /// A provider opening stores of tasks in this directory.
     pub(crate) fn provider(self: &Arc<Self>) -> TaskStoreProvider {
         TaskStoreProvider {
