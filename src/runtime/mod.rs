@@ -5,9 +5,13 @@
 //! * [`KafkaStreams`] (`app.rs`) — the application object and its states
 //!   (`state.rs`);
 //! * `topics.rs` — source topic checks and internal topic creation;
-//! * `thread/` — a stream thread: consumer, producer, tasks (`mod.rs`), the
-//!   poll → process → commit loop (`process.rs`), commit/abort and the task
-//!   lifecycle (`lifecycle.rs`), the rebalance callbacks (`rebalance.rs`);
+//! * `thread/` — a stream thread as roles: the thread's state machine and
+//!   error handling (`mod.rs`), the loop's phases (`phases.rs`), the streams
+//!   producer (`producer.rs`), the task manager (`tasks.rs`), the commit
+//!   protocol (`commit.rs`), opening tasks (`creator.rs`), the rebalance
+//!   callbacks (`rebalance.rs`);
+//! * `env.rs` — what the threads of an instance share;
+//! * `error.rs` — [`StreamsError`] and its [`Recovery`] classes;
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
 //! * `standby.rs` — standby replicas;
