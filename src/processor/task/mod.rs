@@ -36,7 +36,7 @@ use crate::topology::{NodeBuildContext, Topology};
 use super::StoreProvider;
 use super::collector::{OutputKind, OutputRecord, RecordCollector};
 use super::context::{Frame, ScheduleOp};
-use super::error::TaskError;
+use super::error::{ProcessorError, TaskError};
 use super::node::{ErasedNode, SourceError};
 use super::punctuation::{PunctuationType, Schedule};
 use super::record::RecordMetadata;
@@ -323,6 +323,15 @@ impl TaskInstance {
                     timestamp,
                 };
                 self.handle_record_error(true, "invalid-timestamp", error, input, collector)?;
+            }
+            // The collector refused output (a producer error): not the
+            // record's fault, so not for the processing handler, which could
+            // skip the record and lose its output. The runtime classifies it.
+            Err(SourceError::Processing(ProcessorError::Collector(source))) => {
+                return Err(TaskError::Collector {
+                    task: self.id,
+                    source,
+                });
             }
             Err(SourceError::Processing(source)) => {
                 let node = failed_node.unwrap_or(source_node);

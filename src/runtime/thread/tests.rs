@@ -533,3 +533,46 @@ fn a_revoke_commits_then_closes() {
     );
     assert_eq!(rig.tasks.len(), 0);
 }
+
+/// Refuses every record, as a producer in an abortable state does.
+struct RefusingCollector;
+
+impl RecordCollector for RefusingCollector {
+    fn send(&mut self, record: OutputRecord<'_>) -> Result<(), CollectorError> {
+        Err(CollectorError {
+            topic: record.topic.to_string(),
+            source: Box::new(KafkaError::MessageProduction(Code::State)),
+        })
+    }
+}
+
+#[test]
+fn a_send_error_is_not_skipped_by_the_processing_handler_and_aborts() {
+    let mut config = TaskConfig::new("app");
+    config.processing_handler = crate::handler::ErrorHandling::LogAndContinue;
+    let mut provider =
+        |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
+            Ok(Box::new(InMemoryKeyValueStore::new(spec.name)))
+        };
+    let mut task = TaskInstance::new(Arc::new(word_count()), TASK, config, &mut provider).unwrap();
+    task.initialize(0, &mut RefusingCollector).unwrap();
+    let input = InputRecord {
+        topic: REPARTITION,
+        partition: 0,
+        offset: 3,
+        timestamp: 10,
+        headers: &Headers::new(),
+        key: Some(b"a"),
+        value: Some(b"a"),
+    };
+    let error = task.process(&input, &mut RefusingCollector).unwrap_err();
+    assert_eq!(
+        task.metrics().skipped_processing,
+        0,
+        "the record must not be skipped"
+    );
+    assert_eq!(
+        StreamsError::from(error).recovery(),
+        Recovery::AbortAndRewind
+    );
+}
