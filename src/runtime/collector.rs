@@ -64,7 +64,15 @@ impl ProducerEvents {
 const OPAQUE_OUTPUT: usize = 0;
 const OPAQUE_CHANGELOG: usize = 1;
 
-impl ClientContext for ProducerEventsContext {}
+impl ClientContext for ProducerEventsContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        super::client_log::client_log(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::client_log::client_error(&error, reason);
+    }
+}
 
 /// The producer's context: routes delivery reports into [`ProducerEvents`].
 pub(crate) struct ProducerEventsContext {

@@ -25,6 +25,7 @@
 
 mod app;
 mod buffer;
+mod client_log;
 mod clients;
 mod collector;
 mod env;

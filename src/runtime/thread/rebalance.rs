@@ -20,6 +20,14 @@ impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.lag.update(&statistics);
     }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        crate::runtime::client_log::client_log(level, facility, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::runtime::client_log::client_error(&error, reason);
+    }
 }
 
 impl StreamThread {
