@@ -41,7 +41,9 @@ pub(crate) fn consumer<C: ConsumerContext>(
             "client.id",
             format!("{}-{process_id}-{index}-consumer", config.application_id),
         )
-        // Co-partitioned topics land together (see the BRIEF's assignment notes).
+        // `range` gives partition p of every subscribed topic with equal
+        // partition counts to one member: co-partitioned topics land together
+        // (librdkafka takes no custom assignor, so Kafka Streams' cannot be used).
         .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
