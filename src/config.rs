@@ -89,6 +89,12 @@ pub struct StreamsConfig {
     pub application_id: String,
     /// Kafka bootstrap servers, `host:port[,host:port…]`. Required.
     pub bootstrap_servers: String,
+    /// This instance's stable identity in the consumer group (static
+    /// membership, librdkafka's `group.instance.id`; stream thread `n` uses
+    /// `<instance_id>-<n>`). An instance restarted with the same id within
+    /// the session timeout gets its tasks back without a rebalance. Unset
+    /// by default (dynamic membership). Give every instance its own.
+    pub instance_id: Option<String>,
     /// Stream threads in this instance. Default 1.
     pub num_stream_threads: usize,
     /// Warm copies kept of each stateful task on other instances (standby
@@ -158,6 +164,7 @@ impl StreamsConfig {
         Self {
             application_id: application_id.into(),
             bootstrap_servers: bootstrap_servers.into(),
+            instance_id: None,
             num_stream_threads: 1,
             num_standby_replicas: 0,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
@@ -233,6 +240,9 @@ impl StreamsConfig {
         match key {
             "application_id" => self.application_id = value.to_string(),
             "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
+            "instance_id" => {
+                self.instance_id = (!value.is_empty()).then(|| value.to_string());
+            }
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
             "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
             "processing_guarantee" => {
@@ -266,7 +276,7 @@ impl StreamsConfig {
             _ => {
                 return Err(ConfigError::new(
                     key,
-                    "unknown key; Weir keys are application_id, bootstrap_servers, \
+                    "unknown key; Weir keys are application_id, bootstrap_servers, instance_id, \
                      num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
                      state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
                      max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
@@ -304,6 +314,16 @@ impl StreamsConfig {
                 "required; give the Kafka brokers as host:port[,host:port…]",
             ));
         }
+        if let Some(id) = &self.instance_id
+            && !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(ConfigError::new(
+                "instance_id",
+                format!("'{id}' may only contain ASCII letters, digits, '.', '_' and '-'"),
+            ));
+        }
         if self.num_stream_threads == 0 {
             return Err(ConfigError::new("num_stream_threads", "must be at least 1"));
         }
@@ -326,6 +346,7 @@ impl StreamsConfig {
         ] {
             for reserved in [
                 "group.id",
+                "group.instance.id",
                 "transactional.id",
                 "enable.auto.commit",
                 "isolation.level",
@@ -416,6 +437,26 @@ mod tests {
             StreamsConfig::from_pairs(pairs).unwrap().commit_interval(),
             Duration::from_millis(100)
         );
+    }
+
+    #[test]
+    fn an_instance_id_is_checked_and_optional() {
+        let c = StreamsConfig::from_pairs(base()).unwrap();
+        assert_eq!(c.instance_id, None);
+        let mut pairs = base();
+        pairs.push(("instance_id", "orders-1"));
+        let c = StreamsConfig::from_pairs(pairs).unwrap();
+        assert_eq!(c.instance_id.as_deref(), Some("orders-1"));
+        let mut pairs = base();
+        pairs.push(("instance_id", "orders 1"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "instance_id"
+        );
+        let mut pairs = base();
+        pairs.push(("consumer.group.instance.id", "x"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "consumer.group.instance.id");
     }
 
     #[test]

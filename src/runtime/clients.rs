@@ -70,6 +70,10 @@ pub(crate) fn consumer<C: ConsumerContext>(
                 "read_uncommitted"
             },
         );
+    if let Some(instance) = &config.instance_id {
+        // Static membership: one stable member per stream thread.
+        c.set("group.instance.id", format!("{instance}-{index}"));
+    }
     for (k, v) in config
         .client_overrides
         .iter()
