@@ -143,11 +143,9 @@ pub fn broker() -> &'static TestBroker {
 /// `<prefix>-<pid>-<counter>-<nanos>`.
 ///
 /// ```
-/// # #[cfg(feature = "testing")] {
 /// let (a, b) = (weir::testing::unique_name("in"), weir::testing::unique_name("in"));
 /// assert!(a.starts_with("in-"));
 /// assert_ne!(a, b);
-/// # }
 /// ```
 pub fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
