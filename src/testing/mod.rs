@@ -177,8 +177,9 @@ impl TestBroker {
 
     /// A [`StreamsConfig`] for `application_id` on this broker, its state
     /// directory `weir-testing/<application_id>` under the system's temporary
-    /// directory (so instances of different tests never share one); every
-    /// other setting at its default. Use a [`unique_name`] as the id.
+    /// directory (so instances of different tests never share one; it is
+    /// left in place for inspection); every other setting at its default.
+    /// Use a [`unique_name`] as the id.
     pub fn streams_config(&self, application_id: &str) -> StreamsConfig {
         let mut config = StreamsConfig::new(application_id, self.bootstrap_servers.as_str());
         config.state_dir = state_dir_for(application_id);
