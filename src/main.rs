@@ -9,7 +9,10 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use weir::config::StreamsConfig;
 use weir::runtime::{AppState, KafkaStreams};
-use weir::tools;
+
+// The binary's own module: the library does not export its CLI helpers.
+#[path = "cli/tools.rs"]
+mod tools;
 
 /// Weir: Kafka Streams for Rust.
 #[derive(Parser)]

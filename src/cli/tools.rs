@@ -1,5 +1,7 @@
-//! Operator tools behind the `weir` binary: creating topics, writing sample
-//! input, reading a topic as a table. Blocking; not for use inside a stream thread.
+//! Operator tools of the `weir` binary: creating topics, writing sample
+//! input, reading a topic as a table. Blocking. They belong to the binary,
+//! not to the library: a library user's equivalents for tests are in
+//! `weir::testing`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -73,7 +75,7 @@ pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Resul
 pub fn generate(
     bootstrap: &str,
     topic: &str,
-    sample: crate::topologies::SampleFn,
+    sample: weir::topologies::SampleFn,
     start: u64,
     count: u64,
     rate: u64,
