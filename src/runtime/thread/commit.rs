@@ -20,12 +20,12 @@
 //! At-least-once: 1, 2, 5, then the offsets are committed to the group, so
 //! a crash between 5 and the offset commit reprocesses (never loses) input.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::client::{GroupConsumer, TxnProducer};
 use super::producer::StreamsProducer;
-use super::tasks::{TaskCreator, TaskManager};
+use super::tasks::{ConsumedOffsets, TaskCreator, TaskManager};
 use crate::runtime::StreamsError;
 use crate::runtime::topics::TopicLayout;
 
@@ -45,7 +45,7 @@ pub(crate) fn commit<P, C>(
     producer: &mut StreamsProducer<P>,
     consumer: &C,
     scope: &CommitScope<'_>,
-) -> Result<Option<HashMap<String, HashMap<i32, i64>>>, StreamsError>
+) -> Result<Option<ConsumedOffsets>, StreamsError>
 where
     P: TxnProducer,
     C: GroupConsumer<Group = P::Group>,
@@ -64,10 +64,11 @@ where
     producer.commit_transaction(&offsets, group.as_ref())?;
     let committed =
         tasks.commit_stores(|topic, partition| producer.changelog_offset(topic, partition))?;
-    if producer.state() == super::producer::TxnState::NonTransactional && offsets.count() > 0 {
-        if let Err(e) = consumer.commit_offsets(&offsets) {
-            return Err(StreamsError::kafka("committing offsets", e));
-        }
+    if producer.state() == super::producer::TxnState::NonTransactional
+        && offsets.count() > 0
+        && let Err(e) = consumer.commit_offsets(&offsets)
+    {
+        return Err(StreamsError::kafka("committing offsets", e));
     }
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,

@@ -72,7 +72,6 @@ pub(crate) use super::env::ThreadEnv;
 pub(crate) use rebalance::RebalanceContext;
 pub(crate) use state::ThreadState;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -216,19 +215,16 @@ impl StreamThread {
             );
         }
         self.state = next;
-        match (before.in_rebalance(), next.in_rebalance()) {
-            (false, true) => {
-                self.env.rebalancing.fetch_add(1, Ordering::SeqCst);
-                self.env.state.transition(AppState::Rebalancing);
+        if !before.in_rebalance() && next.in_rebalance() {
+            self.env.rebalancing.fetch_add(1, Ordering::SeqCst);
+            self.env.state.transition(AppState::Rebalancing);
+        }
+        if before.in_rebalance() && !next.in_rebalance() {
+            let last = self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1;
+            let stopping = matches!(next, ThreadState::PendingShutdown | ThreadState::Dead);
+            if last && !stopping {
+                self.env.state.transition(AppState::Running);
             }
-            (true, false) => {
-                if self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1
-                    && !matches!(next, ThreadState::PendingShutdown | ThreadState::Dead)
-                {
-                    self.env.state.transition(AppState::Running);
-                }
-            }
-            _ => {}
         }
     }
 
@@ -254,7 +250,7 @@ impl StreamThread {
 
     /// Remembers the just-committed offsets of repartition topics and hands
     /// them to the purger once per `repartition_purge_interval_ms`.
-    fn note_purgeable(&mut self, committed: &HashMap<String, HashMap<i32, i64>>) {
+    fn note_purgeable(&mut self, committed: &tasks::ConsumedOffsets) {
         let layout = &self.env.layout;
         for (topic, partitions) in committed {
             if layout.repartition_topics.iter().any(|t| t == topic) {

@@ -59,10 +59,10 @@ impl PollErrors {
 }
 
 /// Runs the loop until shutdown (`Ok`) or a fatal error.
-pub(super) fn main_loop<'c>(
+pub(super) fn main_loop(
     env: &Arc<ThreadEnv>,
     thread: &Shared,
-    consumer: &'c BaseConsumer<RebalanceContext>,
+    consumer: &BaseConsumer<RebalanceContext>,
 ) -> Result<(), StreamsError> {
     let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
     let mut state = LoopState {

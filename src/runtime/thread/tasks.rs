@@ -21,6 +21,9 @@ use crate::processor::{InputRecord, RecordCollector, TaskId, TaskInstance, TaskM
 use crate::runtime::StreamsError;
 use crate::runtime::topics::TopicLayout;
 
+/// topic → partition → next offset to commit (last processed + 1).
+pub(crate) type ConsumedOffsets = HashMap<String, HashMap<i32, i64>>;
+
 /// Creates the tasks a thread is assigned (Kafka Streams' task creator).
 pub(crate) trait TaskCreator {
     /// Creates task `id` and restores its stores: the result is ready to be
@@ -38,8 +41,7 @@ pub(crate) trait TaskCreator {
 #[derive(Default)]
 pub(crate) struct TaskManager {
     tasks: BTreeMap<TaskId, TaskInstance>,
-    /// topic → partition → next offset to commit (last processed + 1).
-    offsets: HashMap<String, HashMap<i32, i64>>,
+    offsets: ConsumedOffsets,
     /// Something was processed or punctuated since the last commit.
     commit_needed: bool,
 }
@@ -133,7 +135,7 @@ impl TaskManager {
     pub(crate) fn commit_stores(
         &mut self,
         changelog_offset: impl Fn(&str, i32) -> Option<i64>,
-    ) -> Result<HashMap<String, HashMap<i32, i64>>, StreamsError> {
+    ) -> Result<ConsumedOffsets, StreamsError> {
         for (id, task) in self.tasks.iter_mut() {
             let partition = id.partition;
             task.commit(|topic| changelog_offset(topic, partition))?;
