@@ -17,12 +17,15 @@
 //!   delivery reports;
 //! * `stores.rs` — the state directory and the RocksDB stores of tasks;
 //! * [`stream_time`] — each task's stream time, committed as offset metadata;
-//! * `clients.rs` — librdkafka client settings.
+//! * `clients.rs` — librdkafka client settings;
+//! * `end_of_partition.rs` — the context of consumers that read to the end
+//!   of partitions (the end is logged at debug level, not as an error).
 
 mod app;
 mod buffer;
 mod clients;
 mod collector;
+pub(crate) mod end_of_partition;
 mod error;
 mod global;
 mod purge;

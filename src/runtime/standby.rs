@@ -31,10 +31,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use super::end_of_partition::RestoreConsumer;
 use super::thread::ThreadEnv;
 use crate::processor::{TaskId, TaskInstance};
 
@@ -177,7 +178,7 @@ pub(crate) fn run(
     process_id: String,
 ) -> Result<(), StreamsError> {
     let config = &env.config;
-    let consumer = super::clients::restore_consumer(config)?;
+    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
     let logged: BTreeSet<u32> = env
         .topology
         .subtopologies
@@ -250,7 +251,7 @@ pub(crate) fn run(
 /// Reads the group and computes the standby tasks of this instance.
 fn desired_standbys(
     env: &ThreadEnv,
-    consumer: &BaseConsumer,
+    consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
 ) -> Result<BTreeSet<TaskId>, StreamsError> {
@@ -332,7 +333,7 @@ fn update_standbys(
 
 /// Assigns the changelog partitions of every standby task, each from its
 /// store's committed offset + 1.
-fn assign(registry: &StandbyRegistry, consumer: &BaseConsumer) -> Result<(), StreamsError> {
+fn assign(registry: &StandbyRegistry, consumer: &RestoreConsumer) -> Result<(), StreamsError> {
     let mut reg = registry.lock();
     let mut tpl = TopicPartitionList::new();
     for (id, standby) in reg.standby.iter_mut() {
