@@ -37,6 +37,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use super::StreamsError;
 use super::end_of_partition::RestoreConsumer;
 use super::thread::ThreadEnv;
+use crate::metrics::Metrics;
 use crate::processor::{TaskId, TaskInstance};
 
 /// How often the group's membership is read again.
@@ -79,6 +80,16 @@ impl StandbyTask {
 struct Registry {
     active: BTreeSet<TaskId>,
     standby: BTreeMap<TaskId, StandbyTask>,
+    /// Set by the standby thread when it starts (no standbys before that).
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Registry {
+    fn publish_count(&self) {
+        if let Some(m) = &self.metrics {
+            m.standby_tasks.set(self.standby.len() as i64);
+        }
+    }
 }
 
 /// Which tasks this instance runs as active and which as standby. See the
@@ -98,7 +109,12 @@ impl StandbyRegistry {
     pub(crate) fn claim(&self, id: TaskId) -> Option<StandbyTask> {
         let mut registry = self.lock();
         registry.active.insert(id);
-        registry.standby.remove(&id)
+        let standby = registry.standby.remove(&id)?;
+        registry.publish_count();
+        if let Some(m) = &registry.metrics {
+            m.standby_takeovers.inc();
+        }
+        Some(standby)
     }
 
     /// `id` is no longer active here (its task was closed).
@@ -107,7 +123,12 @@ impl StandbyRegistry {
     }
 
     fn close_all(&self) {
-        let standbys = std::mem::take(&mut self.lock().standby);
+        let standbys = {
+            let mut registry = self.lock();
+            let standbys = std::mem::take(&mut registry.standby);
+            registry.publish_count();
+            standbys
+        };
         for (_, standby) in standbys {
             standby.close();
         }
@@ -179,6 +200,7 @@ pub(crate) fn run(
 ) -> Result<(), StreamsError> {
     let config = &env.config;
     let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
+    registry.lock().metrics = Some(env.metrics.clone());
     let logged: BTreeSet<u32> = env
         .topology
         .subtopologies
@@ -212,6 +234,7 @@ pub(crate) fn run(
             continue;
         }
         let deadline = Instant::now() + Duration::from_millis(200);
+        let mut applied = 0;
         while Instant::now() < deadline {
             let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) else {
                 continue;
@@ -236,7 +259,9 @@ pub(crate) fn run(
                     standby.applied.insert(m.topic().to_string(), m.offset());
                 }
             }
+            applied += 1;
         }
+        env.metrics.standby_applied.inc_by(applied);
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
             last_checkpoint = Instant::now();
             for standby in registry.lock().standby.values_mut() {
@@ -328,6 +353,7 @@ fn update_standbys(
             },
         );
     }
+    reg.publish_count();
     Ok(())
 }
 
