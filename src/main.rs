@@ -238,7 +238,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
 /// Settings in increasing precedence: defaults, the file, `WEIR_*` variables, `--set`.
 fn settings(topology: &str, file: Option<&std::path::Path>, set: &[String]) -> Result<Settings> {
     let mut settings = Settings::default();
-    settings.insert("application_id", format!("weir-{topology}"), Origin::Default);
+    settings.insert(
+        "application_id",
+        format!("weir-{topology}"),
+        Origin::Default,
+    );
     settings.insert("bootstrap_servers", "127.0.0.1:9092", Origin::Default);
     settings.insert("http_bind", "127.0.0.1:9190", Origin::Default);
     if let Some(path) = file {

@@ -173,10 +173,7 @@ mod tests {
         let err = s.into_config().unwrap_err();
         assert_eq!(err.key, "home");
         assert_eq!(err.origin, Some(Origin::File(file)));
-        assert!(
-            err.to_string().contains("file /etc/weir/app.toml"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("file /etc/weir/app.toml"), "{err}");
 
         let mut s = base();
         s.insert("home", "/home/me", Origin::CommandLine);

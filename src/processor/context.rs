@@ -156,10 +156,10 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
         })
     }
 
-    /// The key and value bytes of the input record being processed, as read;
-    /// `None` inside a punctuator.
-    pub(crate) fn input_bytes(&self) -> Option<(Option<&'a [u8]>, Option<&'a [u8]>)> {
-        self.frame.input.map(|input| (input.key, input.value))
+    /// The input record being processed, with its key and value bytes as
+    /// read; `None` inside a punctuator.
+    pub(crate) fn input(&self) -> Option<&'a InputRecord<'a>> {
+        self.frame.input
     }
 
     /// The timestamp of the record being processed (inside a punctuator: the

@@ -128,8 +128,8 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             close_bound,
             ctx.record_metadata(),
         );
-        if let Some((k, v)) = ctx.input_bytes() {
-            return ctx.send_raw(&late.topic, k, v, &headers);
+        if let Some(input) = ctx.input() {
+            return ctx.send_raw(&late.topic, input.key, input.value, &headers);
         }
         let serialize_error = |what, source| ProcessorError::Serialize {
             what,
