@@ -333,7 +333,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 20, "{names:?}");
+        assert_eq!(metrics.families.len(), 23, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()
