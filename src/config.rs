@@ -17,7 +17,13 @@
 //! names) take the `topology.` prefix.
 //!
 //! Validation happens once, in [`StreamsConfig::validate`], and every error
-//! names the key to fix. An unknown key is an error, never ignored.
+//! names the key to fix. An unknown key is an error, never ignored — except
+//! from the environment: [`Settings`] layers the places settings come from
+//! and remembers each key's [`Origin`], so an error also says where the bad
+//! key was given (a file, `--set`, or which `WEIR_*` variable). Any program
+//! may have `WEIR_*` variables of its own (`WEIR_HOME`), so an unknown key
+//! from the environment is logged as a warning and skipped, while an unknown
+//! key from a file or `--set` stops start-up.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +33,33 @@ use std::time::Duration;
 
 use crate::handler::ErrorHandling;
 use crate::processor::TaskConfig;
+
+mod sources;
+pub use sources::{Origin, Settings};
+
+/// The keys of [`StreamsConfig::set`] without a prefix.
+const KEYS: &[&str] = &[
+    "application_id",
+    "bootstrap_servers",
+    "instance_id",
+    "num_stream_threads",
+    "num_standby_replicas",
+    "processing_guarantee",
+    "commit_interval_ms",
+    "state_dir",
+    "state_memory_budget_bytes",
+    "cache_max_bytes",
+    "buffered_records_per_partition",
+    "max_task_idle_ms",
+    "repartition_purge_interval_ms",
+    "poll_ms",
+    "deserialization_handler",
+    "processing_handler",
+    "http_bind",
+];
+
+/// The prefixes of passed-through options (librdkafka's and the topology's).
+const PREFIXES: &[&str] = &["kafka.", "consumer.", "producer.", "admin.", "topology."];
 
 /// What the application guarantees about its results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,14 +95,16 @@ impl fmt::Display for ProcessingGuarantee {
     }
 }
 
-/// A configuration error. The message names the key and says what to fix.
+/// A configuration error. The message names the key, where it was given
+/// when that is known, and says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key '{key}': {message}")]
 pub struct ConfigError {
     /// The offending key.
     pub key: String,
     /// What is wrong and how to fix it.
     pub message: String,
+    /// Where the key was given (set by [`Settings::into_config`]).
+    pub origin: Option<Origin>,
 }
 
 impl ConfigError {
@@ -77,7 +112,18 @@ impl ConfigError {
         Self {
             key: key.to_string(),
             message: message.into(),
+            origin: None,
         }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config key '{}'", self.key)?;
+        if let Some(origin) = &self.origin {
+            write!(f, " (from {origin})")?;
+        }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -216,6 +262,11 @@ impl StreamsConfig {
         Ok(config)
     }
 
+    /// Whether [`set`](Self::set) knows `key` (a Weir key or a prefixed option).
+    pub fn is_known_key(key: &str) -> bool {
+        KEYS.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
+    }
+
     /// Sets one key. Unknown keys and unparsable values are errors naming the key.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let value = value.trim();
@@ -276,11 +327,11 @@ impl StreamsConfig {
             _ => {
                 return Err(ConfigError::new(
                     key,
-                    "unknown key; Weir keys are application_id, bootstrap_servers, instance_id, \
-                     num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
-                     state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
-                     topology parameters a topology. prefix",
+                    format!(
+                        "unknown key; Weir keys are {}; librdkafka options take a \
+                         kafka./consumer./producer./admin. prefix, topology parameters a topology. prefix",
+                        KEYS.join(", ")
+                    ),
                 ));
             }
         }

@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use rdkafka::consumer::BaseConsumer;
+use weir::runtime::EndOfPartitionContext;
 
 /// Errors of the tools.
 #[derive(Debug, thiserror::Error)]
@@ -123,13 +126,13 @@ pub fn latest_per_key(
     bootstrap: &str,
     topic: &str,
 ) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let consumer: BaseConsumer<EndOfPartitionContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "weir-table-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()
+        .create_with_context(EndOfPartitionContext)
         .map_err(kafka("creating the reader"))?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))

@@ -27,7 +27,7 @@ use super::error::ProcessorError;
 use super::punctuation::{PunctuateFn, PunctuationType, Schedule, ScheduleId, Timing};
 use super::record::{Record, RecordMetadata};
 use super::store::{KeyValueStoreHandle, StoreSlot};
-use super::task::{NodeSlot, TaskId};
+use super::task::{InputRecord, NodeSlot, TaskId};
 use super::windowed::{SessionStoreHandle, WindowStoreHandle};
 
 /// Pending changes to the task's schedules made during a call.
@@ -42,7 +42,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) nodes: &'a [NodeSlot],
     pub(crate) stores: &'a [StoreSlot],
     pub(crate) collector: RefCell<&'a mut dyn RecordCollector>,
-    pub(crate) record: Option<RecordMetadata<'a>>,
+    /// The input record being processed; absent during punctuation and init.
+    pub(crate) input: Option<&'a InputRecord<'a>>,
     pub(crate) current_timestamp: Cell<i64>,
     pub(crate) stream_time: Cell<i64>,
     pub(crate) wall_clock_ms: i64,
@@ -148,7 +149,17 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
     /// Topic, partition and offset of the input record being processed;
     /// `None` inside a punctuator.
     pub fn record_metadata(&self) -> Option<RecordMetadata<'a>> {
-        self.frame.record
+        self.frame.input.map(|input| RecordMetadata {
+            topic: input.topic,
+            partition: input.partition,
+            offset: input.offset,
+        })
+    }
+
+    /// The input record being processed, with its key and value bytes as
+    /// read; `None` inside a punctuator.
+    pub(crate) fn input(&self) -> Option<&'a InputRecord<'a>> {
+        self.frame.input
     }
 
     /// The timestamp of the record being processed (inside a punctuator: the

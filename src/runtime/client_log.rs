@@ -13,7 +13,7 @@ use super::error::classify_kafka;
 /// A global error of a client (rdkafka's `ClientContext::error`).
 pub(crate) fn client_error(error: &KafkaError, reason: &str) {
     match error {
-        KafkaError::PartitionEOF(_) => {
+        _ if super::end_of_partition::EndOfPartitionContext::is_end_of_partition(error) => {
             tracing::debug!(target: "librdkafka", %error, reason, "end of partition")
         }
         _ if classify_kafka(error, Recovery::Retry) == Recovery::Retry => {

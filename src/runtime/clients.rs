@@ -89,14 +89,21 @@ pub(crate) fn consumer<C: ConsumerContext>(
     })
 }
 
-/// The consumer that restores stores from changelogs (no group).
-pub(crate) fn restore_consumer(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
+/// The consumer that restores stores from changelogs (no group); it reads
+/// to the end of partitions, so use [`RestoreConsumer`], whose context does
+/// not log the end of a partition as an error (the stream thread still
+/// names plain `BaseConsumer` here).
+///
+/// [`RestoreConsumer`]: super::end_of_partition::RestoreConsumer
+pub(crate) fn restore_consumer<C: ConsumerContext + Default + 'static>(
+    config: &StreamsConfig,
+) -> Result<BaseConsumer<C>, StreamsError> {
     let mut c = base(config, &config.consumer_overrides);
     c.set("group.id", format!("{}-restore", config.application_id))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    c.create()
+    c.create_with_context(C::default())
         .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
 }
 

@@ -25,11 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use super::end_of_partition::RestoreConsumer;
 use crate::config::StreamsConfig;
 use crate::state::memory::InMemoryKeyValueStore;
 use crate::topology::{GlobalStores, Topology};
@@ -60,7 +61,7 @@ pub(crate) fn start(
             thread: None,
         });
     }
-    let consumer = super::clients::restore_consumer(config)?;
+    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
     let mut assignment = TopicPartitionList::new();
     // Partitions that hold records at start, with the offset that ends them.
     let mut pending: HashMap<(String, i32), i64> = HashMap::new();
@@ -165,7 +166,7 @@ fn apply(
 }
 
 /// The global thread's loop: apply new records until shutdown.
-fn run(consumer: BaseConsumer, stores: GlobalStores, shutdown: Arc<AtomicBool>) {
+fn run(consumer: RestoreConsumer, stores: GlobalStores, shutdown: Arc<AtomicBool>) {
     let mut since_flush = 0u64;
     while !shutdown.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {

@@ -21,13 +21,16 @@
 //!   delivery reports;
 //! * `stores.rs` — the state directory and the RocksDB stores of tasks;
 //! * [`stream_time`] — each task's stream time, committed as offset metadata;
-//! * `clients.rs` — librdkafka client settings.
+//! * `clients.rs` — librdkafka client settings;
+//! * `end_of_partition.rs` — the context of consumers that read to the end
+//!   of partitions (the end is logged at debug level, not as an error).
 
 mod app;
 mod buffer;
 mod client_log;
 mod clients;
 mod collector;
+pub(crate) mod end_of_partition;
 mod env;
 mod error;
 mod global;
@@ -42,6 +45,7 @@ pub mod topics;
 
 pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};
+pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -33,9 +33,9 @@ pub struct RestoreStats {
 
 /// Restores every logged store of `task` (still `Created`) from partition
 /// `task.id().partition` of its changelog, reporting progress to `meter`.
-pub(crate) fn restore_task(
+pub(crate) fn restore_task<C: ConsumerContext>(
     task: &mut TaskInstance,
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<C>,
     timeout: Duration,
     meter: &mut RestoreMeter,
 ) -> Result<RestoreStats, StreamsError> {

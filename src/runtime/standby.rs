@@ -31,11 +31,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use super::end_of_partition::RestoreConsumer;
 use super::thread::ThreadEnv;
+use crate::metrics::Metrics;
 use crate::processor::{TaskId, TaskInstance};
 
 /// How often the group's membership is read again.
@@ -78,6 +80,16 @@ impl StandbyTask {
 struct Registry {
     active: BTreeSet<TaskId>,
     standby: BTreeMap<TaskId, StandbyTask>,
+    /// Set by the standby thread when it starts (no standbys before that).
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Registry {
+    fn publish_count(&self) {
+        if let Some(m) = &self.metrics {
+            m.standby_tasks.set(self.standby.len() as i64);
+        }
+    }
 }
 
 /// Which tasks this instance runs as active and which as standby. See the
@@ -97,7 +109,12 @@ impl StandbyRegistry {
     pub(crate) fn claim(&self, id: TaskId) -> Option<StandbyTask> {
         let mut registry = self.lock();
         registry.active.insert(id);
-        registry.standby.remove(&id)
+        let standby = registry.standby.remove(&id)?;
+        registry.publish_count();
+        if let Some(m) = &registry.metrics {
+            m.standby_takeovers.inc();
+        }
+        Some(standby)
     }
 
     /// `id` is no longer active here (its task was closed).
@@ -106,7 +123,12 @@ impl StandbyRegistry {
     }
 
     fn close_all(&self) {
-        let standbys = std::mem::take(&mut self.lock().standby);
+        let standbys = {
+            let mut registry = self.lock();
+            let standbys = std::mem::take(&mut registry.standby);
+            registry.publish_count();
+            standbys
+        };
         for (_, standby) in standbys {
             standby.close();
         }
@@ -177,7 +199,8 @@ pub(crate) fn run(
     process_id: String,
 ) -> Result<(), StreamsError> {
     let config = &env.config;
-    let consumer = super::clients::restore_consumer(config)?;
+    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
+    registry.lock().metrics = Some(env.metrics.clone());
     let logged: BTreeSet<u32> = env
         .topology
         .subtopologies
@@ -211,6 +234,7 @@ pub(crate) fn run(
             continue;
         }
         let deadline = Instant::now() + Duration::from_millis(200);
+        let mut applied = 0;
         while Instant::now() < deadline {
             let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) else {
                 continue;
@@ -235,7 +259,9 @@ pub(crate) fn run(
                     standby.applied.insert(m.topic().to_string(), m.offset());
                 }
             }
+            applied += 1;
         }
+        env.metrics.standby_applied.inc_by(applied);
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
             last_checkpoint = Instant::now();
             for standby in registry.lock().standby.values_mut() {
@@ -250,7 +276,7 @@ pub(crate) fn run(
 /// Reads the group and computes the standby tasks of this instance.
 fn desired_standbys(
     env: &ThreadEnv,
-    consumer: &BaseConsumer,
+    consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
 ) -> Result<BTreeSet<TaskId>, StreamsError> {
@@ -327,12 +353,13 @@ fn update_standbys(
             },
         );
     }
+    reg.publish_count();
     Ok(())
 }
 
 /// Assigns the changelog partitions of every standby task, each from its
 /// store's committed offset + 1.
-fn assign(registry: &StandbyRegistry, consumer: &BaseConsumer) -> Result<(), StreamsError> {
+fn assign(registry: &StandbyRegistry, consumer: &RestoreConsumer) -> Result<(), StreamsError> {
     let mut reg = registry.lock();
     let mut tpl = TopicPartitionList::new();
     for (id, standby) in reg.standby.iter_mut() {

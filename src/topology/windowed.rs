@@ -198,7 +198,8 @@ macro_rules! options {
         }
 
         /// Writes late records (dropped because their windows closed) to
-        /// `topic`, with the grouped stream's serdes and headers saying why
+        /// `topic`: the input record's key and value bytes as read (as a
+        /// dead-letter topic gets them), with headers saying why
         /// ([`crate::windows::LATE_HEADER_REASON`] and the others). They are
         /// counted either way. The runtime creates `topic` at start-up when
         /// it does not exist.

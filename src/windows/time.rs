@@ -28,7 +28,8 @@ use crate::state::window::{changelog_key, split_changelog_key};
 use super::trigger::{self, TriggerStore};
 use super::{EmitStrategy, TimeWindows, Windowed};
 
-/// Where late records go, with their serdes.
+/// Where late records go, with the serdes for records that have no input
+/// bytes (forwarded by a punctuator).
 pub(crate) struct LateSink<K, V> {
     pub(crate) topic: String,
     pub(crate) key_serde: SharedSerde<K>,
@@ -105,6 +106,10 @@ impl<K: 'static, V: 'static> Spec<K, V> {
     /// Counts a late record and writes it to the late-records topic, if
     /// any, with the headers of [`super::late_headers`]; `close_bound` is
     /// the bound windows had to end after (stream time minus grace).
+    ///
+    /// The late topic gets the input record's key and value bytes as they
+    /// were read, like a dead-letter topic. A record a punctuator forwarded
+    /// has no input record, so it is serialized with the aggregation's serdes.
     pub(crate) fn drop_late<KO, VO>(
         &self,
         ctx: &ProcessorContext<'_, KO, VO>,
@@ -116,6 +121,16 @@ impl<K: 'static, V: 'static> Spec<K, V> {
         let Some(late) = &self.late else {
             return Ok(());
         };
+        let headers = super::late_headers(
+            &self.store,
+            ctx.timestamp(),
+            ctx.stream_time(),
+            close_bound,
+            ctx.record_metadata(),
+        );
+        if let Some(input) = ctx.input() {
+            return ctx.send_raw(&late.topic, input.key, input.value, &headers);
+        }
         let serialize_error = |what, source| ProcessorError::Serialize {
             what,
             target: late.topic.clone(),
@@ -131,13 +146,6 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             .value_serde
             .serialize_nullable(&late.topic, value, &mut v)
             .map_err(|e| serialize_error(crate::processor::KeyOrValue::Value, e))?;
-        let headers = super::late_headers(
-            &self.store,
-            ctx.timestamp(),
-            ctx.stream_time(),
-            close_bound,
-            ctx.record_metadata(),
-        );
         ctx.send_raw(
             &late.topic,
             has_key.then_some(k.as_slice()),

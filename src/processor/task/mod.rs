@@ -39,7 +39,6 @@ use super::context::{Frame, ScheduleOp};
 use super::error::{ProcessorError, TaskError};
 use super::node::{ErasedNode, SourceError};
 use super::punctuation::{PunctuationType, Schedule};
-use super::record::RecordMetadata;
 use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
 mod stores;
@@ -77,7 +76,7 @@ fn frame<'a>(
     stores: &'a [StoreSlot],
     next_schedule_id: &'a Cell<u64>,
     collector: &'a mut dyn RecordCollector,
-    record: Option<RecordMetadata<'a>>,
+    input: Option<&'a InputRecord<'a>>,
     timestamp: i64,
     stream_time: i64,
     wall_clock_ms: i64,
@@ -88,7 +87,7 @@ fn frame<'a>(
         nodes,
         stores,
         collector: RefCell::new(collector),
-        record,
+        input,
         current_timestamp: Cell::new(timestamp),
         stream_time: Cell::new(stream_time),
         wall_clock_ms,
@@ -275,11 +274,7 @@ impl TaskInstance {
                 &self.stores,
                 &self.next_schedule_id,
                 &mut *collector,
-                Some(RecordMetadata {
-                    topic: input.topic,
-                    partition: input.partition,
-                    offset: input.offset,
-                }),
+                Some(input),
                 input.timestamp,
                 self.stream_time,
                 self.wall_clock_ms,

@@ -206,8 +206,7 @@ fn process(
     state: &mut LoopState<'_>,
 ) -> Result<(), StreamsError> {
     let empty_headers = Headers::new();
-    state.ready.clear();
-    state.ready.extend(state.buffers.tasks_with_records());
+    state.buffers.tasks_with_records_into(&mut state.ready);
     let now = Instant::now();
     let StreamThread {
         tasks,
