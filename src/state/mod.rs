@@ -66,7 +66,7 @@
 //! * [`backend`]: the overlay of open writes and the backend contract;
 //! * [`memory`] and [`rocks`]: the two backends;
 //! * [`kv`], [`window`], [`session`]: the three store kinds;
-//! * [`cache`]: the record cache that collapses repeated updates of a key;
+//! * [`cache`]: the record cache's memory budget ([`CacheBudget`]);
 //! * [`timestamped`]: the value-with-timestamp encoding the DSL uses.
 
 use std::ops::Bound;
@@ -83,7 +83,7 @@ pub mod timestamped;
 pub mod window;
 
 pub use backend::Backend;
-pub use cache::{CacheBudget, CachingKeyValueStore, DirtyEntry, RecordCache};
+pub use cache::CacheBudget;
 pub use config::{StateConfig, StoreBackend};
 pub use dir::StateDirectory;
 pub use kv::{KvStore, open_key_value_store};
