@@ -1,6 +1,6 @@
 //! Reading the tasks' stores from a test: typed lookups by store name.
 
-use crate::processor::{ProcessorError, TaskInstance};
+use crate::processor::TaskInstance;
 use crate::serdes::SerdeError;
 use crate::state::StoreError;
 
@@ -101,13 +101,5 @@ fn typed<'t, K: 'static, V: 'static>(
     let serdes = task
         .store_serdes(store)
         .expect("checked by task_with_store");
-    serdes.typed::<K, V>().ok_or_else(|| {
-        DriverError::StoreType(ProcessorError::StoreType {
-            store: store.to_owned(),
-            actual_key: serdes.key_type,
-            actual_value: serdes.value_type,
-            asked_key: crate::serdes::short_type_name::<K>(),
-            asked_value: crate::serdes::short_type_name::<V>(),
-        })
-    })
+    serdes.typed::<K, V>(store).map_err(DriverError::StoreType)
 }

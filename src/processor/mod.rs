@@ -45,7 +45,7 @@ pub use context::ProcessorContext;
 pub use error::{KeyOrValue, ProcessorError, TaskError};
 pub use punctuation::{PunctuationType, ScheduleId};
 pub use record::{Change, Header, Headers, Record, RecordMetadata};
-pub use store::{KeyValueStoreHandle, StoreKind, StoreProvider, StoreSpec};
+pub use store::{KeyValueStoreHandle, Retention, StoreKind, StoreProvider, StoreSpec};
 pub use task::{InputRecord, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState};
 pub use windowed::{SessionStoreHandle, WindowStoreHandle};
 

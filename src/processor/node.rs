@@ -335,19 +335,11 @@ impl<K: 'static, V: 'static> ErasedNode for SinkNode<K, V> {
         let has_key = self
             .key_serde
             .serialize_nullable(&self.topic, &record.key, &mut self.key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.topic.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &self.topic))?;
         let has_value = self
             .value_serde
             .serialize_nullable(&self.topic, &record.value, &mut self.value_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Value,
-                target: self.topic.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Value, &self.topic))?;
         let mut collector = frame.collector.borrow_mut();
         let partition = match &self.partitioner {
             Some(p) => collector

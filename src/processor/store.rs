@@ -32,27 +32,18 @@ use super::error::{KeyOrValue, ProcessorError};
 use super::record::NO_HEADERS;
 use super::task::TaskId;
 
-/// The kind of a state store, with the retention of time-based kinds.
+/// The kind of a state store. A typed handle checks it when it is made
+/// (a window store cannot be opened through `key_value_store`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoreKind {
-    /// A key-value store.
+    /// A key-value store ([`KeyValueStore`]).
     KeyValue,
-    /// A window store ([`WindowStore`]): windows are kept `retention_ms`
-    /// after their start, in segments of `segment_interval_ms`.
-    Window {
-        /// How long a window is kept after its start (ms).
-        retention_ms: i64,
-        /// Width of one store segment (ms).
-        segment_interval_ms: i64,
-    },
-    /// A session store ([`SessionStore`]): sessions are kept `retention_ms`
-    /// after their end, in segments of `segment_interval_ms`.
-    Session {
-        /// How long a session is kept after its end (ms).
-        retention_ms: i64,
-        /// Width of one store segment (ms).
-        segment_interval_ms: i64,
-    },
+    /// A window store ([`WindowStore`]): windows are kept
+    /// [`Retention::retention_ms`] after their start.
+    Window,
+    /// A session store ([`SessionStore`]): sessions are kept
+    /// [`Retention::retention_ms`] after their end.
+    Session,
 }
 
 impl StoreKind {
@@ -60,10 +51,25 @@ impl StoreKind {
     pub fn label(&self) -> &'static str {
         match self {
             StoreKind::KeyValue => "key-value",
-            StoreKind::Window { .. } => "window",
-            StoreKind::Session { .. } => "session",
+            StoreKind::Window => "window",
+            StoreKind::Session => "session",
         }
     }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// How long a window or session store keeps its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Retention {
+    /// How long an entry is kept (after a window's start, a session's end), ms.
+    pub retention_ms: i64,
+    /// Width of one store segment (ms); expiry drops whole segments.
+    pub segment_interval_ms: i64,
 }
 
 /// What a [`StoreProvider`] is asked to open.
@@ -73,6 +79,9 @@ pub struct StoreSpec<'a> {
     pub name: &'a str,
     /// The store's kind.
     pub kind: StoreKind,
+    /// The retention of a window or session store; `None` for a key-value
+    /// store.
+    pub retention: Option<Retention>,
     /// The changelog topic, when the store is logged.
     pub changelog_topic: Option<&'a str>,
 }
@@ -126,20 +135,15 @@ impl StoreSpec<'_> {
     /// `(retention_ms, segment_interval_ms)` of a window or session store;
     /// an error naming the store for a key-value spec.
     pub fn retention(&self) -> Result<(i64, i64), StoreError> {
-        match self.kind {
-            StoreKind::Window {
-                retention_ms,
-                segment_interval_ms,
-            }
-            | StoreKind::Session {
-                retention_ms,
-                segment_interval_ms,
-            } => Ok((retention_ms, segment_interval_ms)),
-            StoreKind::KeyValue => Err(StoreError::InvalidState {
+        match self.retention {
+            Some(r) => Ok((r.retention_ms, r.segment_interval_ms)),
+            None => Err(StoreError::InvalidState {
                 store: self.name.to_owned(),
-                message: "is a key-value store and has no retention; open it with \
-                          StoreProvider::key_value_store"
-                    .to_owned(),
+                message: format!(
+                    "is a {} store and has no retention; open it with \
+                     StoreProvider::key_value_store",
+                    self.kind
+                ),
             }),
         }
     }
@@ -161,8 +165,8 @@ impl AnyStore {
     ) -> Result<Self, StoreError> {
         Ok(match spec.kind {
             StoreKind::KeyValue => AnyStore::KeyValue(provider.key_value_store(task, spec)?),
-            StoreKind::Window { .. } => AnyStore::Window(provider.window_store(task, spec)?),
-            StoreKind::Session { .. } => AnyStore::Session(provider.session_store(task, spec)?),
+            StoreKind::Window => AnyStore::Window(provider.window_store(task, spec)?),
+            StoreKind::Session => AnyStore::Session(provider.session_store(task, spec)?),
         })
     }
 
@@ -182,11 +186,11 @@ impl AnyStore {
         }
     }
 
-    pub(crate) fn label(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> StoreKind {
         match self {
-            AnyStore::KeyValue(_) => "key-value",
-            AnyStore::Window(_) => "window",
-            AnyStore::Session(_) => "session",
+            AnyStore::KeyValue(_) => StoreKind::KeyValue,
+            AnyStore::Window(_) => StoreKind::Window,
+            AnyStore::Session(_) => StoreKind::Session,
         }
     }
 
@@ -255,10 +259,24 @@ impl StoreSerdes {
         }
     }
 
-    pub(crate) fn typed<K: 'static, V: 'static>(&self) -> Option<(&dyn Serde<K>, &dyn Serde<V>)> {
-        let k = self.key.downcast_ref::<SharedSerde<K>>()?;
-        let v = self.value.downcast_ref::<SharedSerde<V>>()?;
-        Some((k.as_ref(), v.as_ref()))
+    /// The serdes as `K`/`V`; a [`ProcessorError::StoreType`] naming
+    /// `store` when it holds other types.
+    pub(crate) fn typed<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<(&dyn Serde<K>, &dyn Serde<V>), ProcessorError> {
+        let k = self.key.downcast_ref::<SharedSerde<K>>();
+        let v = self.value.downcast_ref::<SharedSerde<V>>();
+        match (k, v) {
+            (Some(k), Some(v)) => Ok((k.as_ref(), v.as_ref())),
+            _ => Err(ProcessorError::StoreType {
+                store: store.to_owned(),
+                actual_key: self.key_type,
+                actual_value: self.value_type,
+                asked_key: short_type_name::<K>(),
+                asked_value: short_type_name::<V>(),
+            }),
+        }
     }
 }
 
@@ -286,36 +304,43 @@ impl StoreCell {
     }
 }
 
-/// A typed handle to one key-value store of the task, obtained from
-/// [`super::ProcessorContext::key_value_store`]. Writes are logged (see the
-/// module docs).
-pub struct KeyValueStoreHandle<'a, K, V> {
+/// The typed layer under every store handle (key-value here, window and
+/// session in `windowed.rs`): one store of the task with its serdes, checked
+/// once against the kind and types asked for. It encodes keys and values
+/// (errors name the store), decodes what the backend returns, and logs
+/// writes (see the module docs).
+pub(crate) struct TypedStore<'a, K, V> {
     frame: &'a Frame<'a>,
     slot: &'a StoreSlot,
     key_serde: &'a dyn Serde<K>,
     value_serde: &'a dyn Serde<V>,
 }
 
-impl<K, V> Clone for KeyValueStoreHandle<'_, K, V> {
+impl<K, V> Clone for TypedStore<'_, K, V> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<K, V> Copy for KeyValueStoreHandle<'_, K, V> {}
+impl<K, V> Copy for TypedStore<'_, K, V> {}
 
-impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
-    pub(crate) fn new(frame: &'a Frame<'a>, slot: &'a StoreSlot) -> Result<Self, ProcessorError> {
-        slot.expect_kind("key-value")?;
-        let Some((key_serde, value_serde)) = slot.serdes.typed::<K, V>() else {
-            return Err(ProcessorError::StoreType {
+impl<'a, K: 'static, V: 'static> TypedStore<'a, K, V> {
+    /// The typed view of `slot`; fails unless the store is of `kind` and
+    /// holds `K`/`V`.
+    pub(crate) fn new(
+        frame: &'a Frame<'a>,
+        slot: &'a StoreSlot,
+        kind: StoreKind,
+    ) -> Result<Self, ProcessorError> {
+        let actual = slot.cell()?.store.kind();
+        if actual != kind {
+            return Err(ProcessorError::StoreKind {
                 store: slot.name.clone(),
-                actual_key: slot.serdes.key_type,
-                actual_value: slot.serdes.value_type,
-                asked_key: short_type_name::<K>(),
-                asked_value: short_type_name::<V>(),
+                actual,
+                asked: kind,
             });
-        };
-        Ok(KeyValueStoreHandle {
+        }
+        let (key_serde, value_serde) = slot.serdes.typed::<K, V>(&slot.name)?;
+        Ok(TypedStore {
             frame,
             slot,
             key_serde,
@@ -324,93 +349,155 @@ impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
     }
 
     /// The store's name.
-    pub fn name(&self) -> &'a str {
+    pub(crate) fn name(&self) -> &'a str {
         &self.slot.name
     }
 
-    fn cell(&self) -> Result<std::cell::RefMut<'a, StoreCell>, ProcessorError> {
+    /// The store, borrowed for one operation.
+    pub(crate) fn cell(&self) -> Result<std::cell::RefMut<'a, StoreCell>, ProcessorError> {
         self.slot.cell()
     }
 
-    fn kv(cell: &mut StoreCell) -> &mut dyn KeyValueStore {
-        match &mut cell.store {
-            AnyStore::KeyValue(s) => s.as_mut(),
-            _ => unreachable!("the kind was checked when the handle was made"),
-        }
-    }
-
-    fn encode_key(&self, cell: &mut StoreCell, key: &K) -> Result<(), ProcessorError> {
-        cell.key_buf.clear();
+    /// Serializes `key` into `out` (cleared first).
+    pub(crate) fn encode_key_into(&self, key: &K, out: &mut Vec<u8>) -> Result<(), ProcessorError> {
+        out.clear();
         self.key_serde
-            .serialize(&self.slot.name, key, &mut cell.key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.slot.name.clone(),
-                source,
-            })
+            .serialize(&self.slot.name, key, out)
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &self.slot.name))
     }
 
-    fn decode_value(&self, bytes: &[u8]) -> Result<V, ProcessorError> {
+    /// Serializes `value` into `out` (cleared first).
+    pub(crate) fn encode_value_into(
+        &self,
+        value: &V,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProcessorError> {
+        out.clear();
+        self.value_serde
+            .serialize(&self.slot.name, value, out)
+            .map_err(ProcessorError::serialize(
+                KeyOrValue::Value,
+                &self.slot.name,
+            ))
+    }
+
+    /// `key`, serialized.
+    pub(crate) fn encode_key(&self, key: &K) -> Result<Vec<u8>, ProcessorError> {
+        let mut out = Vec::new();
+        self.encode_key_into(key, &mut out)?;
+        Ok(out)
+    }
+
+    /// `value`, serialized.
+    pub(crate) fn encode_value(&self, value: &V) -> Result<Vec<u8>, ProcessorError> {
+        let mut out = Vec::new();
+        self.encode_value_into(value, &mut out)?;
+        Ok(out)
+    }
+
+    /// A key read from the store.
+    pub(crate) fn decode_key(&self, bytes: &[u8]) -> Result<K, ProcessorError> {
+        self.key_serde
+            .deserialize(&self.slot.name, bytes)
+            .map_err(ProcessorError::store_read(KeyOrValue::Key, &self.slot.name))
+    }
+
+    /// A value read from the store.
+    pub(crate) fn decode_value(&self, bytes: &[u8]) -> Result<V, ProcessorError> {
         self.value_serde
             .deserialize(&self.slot.name, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: KeyOrValue::Value,
-                store: self.slot.name.clone(),
-                source,
-            })
+            .map_err(ProcessorError::store_read(
+                KeyOrValue::Value,
+                &self.slot.name,
+            ))
+    }
+
+    /// Emits the changelog record of a write (`changelog_key` as the store's
+    /// changelog encodes it; `None` value = tombstone).
+    pub(crate) fn log(
+        &self,
+        changelog_key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), ProcessorError> {
+        self.slot.log(self.frame, changelog_key, value)
+    }
+}
+
+/// A typed handle to one key-value store of the task, obtained from
+/// [`super::ProcessorContext::key_value_store`]. Writes are logged (see the
+/// module docs).
+pub struct KeyValueStoreHandle<'a, K, V>(TypedStore<'a, K, V>);
+
+impl<K, V> Clone for KeyValueStoreHandle<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K, V> Copy for KeyValueStoreHandle<'_, K, V> {}
+
+fn key_value_store(cell: &mut StoreCell) -> &mut dyn KeyValueStore {
+    match &mut cell.store {
+        AnyStore::KeyValue(s) => s.as_mut(),
+        _ => unreachable!("the kind was checked when the handle was made"),
+    }
+}
+
+impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
+    pub(crate) fn new(frame: &'a Frame<'a>, slot: &'a StoreSlot) -> Result<Self, ProcessorError> {
+        TypedStore::new(frame, slot, StoreKind::KeyValue).map(KeyValueStoreHandle)
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &'a str {
+        self.0.name()
     }
 
     /// The value stored for `key`.
     pub fn get(&self, key: &K) -> Result<Option<V>, ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
+        let mut cell = self.0.cell()?;
         let cell = &mut *cell;
-        let key = std::mem::take(&mut cell.key_buf);
-        let found = Self::kv(cell).get(&key);
-        cell.key_buf = key;
+        let mut key_buf = std::mem::take(&mut cell.key_buf);
+        let found = self
+            .0
+            .encode_key_into(key, &mut key_buf)
+            .and_then(|()| Ok(key_value_store(cell).get(&key_buf)?));
+        cell.key_buf = key_buf;
         match found? {
-            Some(bytes) => self.decode_value(&bytes).map(Some),
+            Some(bytes) => self.0.decode_value(&bytes).map(Some),
             None => Ok(None),
         }
     }
 
     /// Sets `key` to `value` and logs the write.
     pub fn put(&self, key: &K, value: &V) -> Result<(), ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
+        let mut cell = self.0.cell()?;
         let cell = &mut *cell;
-        cell.value_buf.clear();
-        self.value_serde
-            .serialize(&self.slot.name, value, &mut cell.value_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Value,
-                target: self.slot.name.clone(),
-                source,
-            })?;
-        let (key, value) = (
+        let (mut key_buf, mut value_buf) = (
             std::mem::take(&mut cell.key_buf),
             std::mem::take(&mut cell.value_buf),
         );
-        let result = Self::kv(cell)
-            .put(&key, &value)
-            .map_err(ProcessorError::from)
-            .and_then(|()| self.slot.log(self.frame, &key, Some(&value)));
-        (cell.key_buf, cell.value_buf) = (key, value);
+        let result = self
+            .0
+            .encode_key_into(key, &mut key_buf)
+            .and_then(|()| self.0.encode_value_into(value, &mut value_buf))
+            .and_then(|()| Ok(key_value_store(cell).put(&key_buf, &value_buf)?))
+            .and_then(|()| self.0.log(&key_buf, Some(&value_buf)));
+        (cell.key_buf, cell.value_buf) = (key_buf, value_buf);
         result
     }
 
     /// Removes `key`, logs a tombstone, and returns the value it had.
     pub fn delete(&self, key: &K) -> Result<Option<V>, ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
+        let mut cell = self.0.cell()?;
         let cell = &mut *cell;
-        let key = std::mem::take(&mut cell.key_buf);
-        let old = Self::kv(cell).delete(&key);
-        let logged = old.is_ok().then(|| self.slot.log(self.frame, &key, None));
-        cell.key_buf = key;
-        let old = old?;
-        logged.transpose()?;
-        old.map(|bytes| self.decode_value(&bytes)).transpose()
+        let mut key_buf = std::mem::take(&mut cell.key_buf);
+        let old = self
+            .0
+            .encode_key_into(key, &mut key_buf)
+            .and_then(|()| Ok(key_value_store(cell).delete(&key_buf)?))
+            .and_then(|old| self.0.log(&key_buf, None).map(|()| old));
+        cell.key_buf = key_buf;
+        old?.map(|bytes| self.0.decode_value(&bytes)).transpose()
     }
 
     /// All entries in key (byte) order, decoded. Reads the whole store; meant
@@ -422,19 +509,8 @@ impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
     /// The entries whose encoded keys lie in `[from, to)`, in key (byte)
     /// order, decoded. `None` leaves that end open.
     pub fn range(&self, from: Option<&K>, to: Option<&K>) -> Result<Vec<(K, V)>, ProcessorError> {
-        let encode = |key: Option<&K>| -> Result<Option<Vec<u8>>, ProcessorError> {
-            let Some(key) = key else { return Ok(None) };
-            let mut out = Vec::new();
-            self.key_serde
-                .serialize(&self.slot.name, key, &mut out)
-                .map_err(|source| ProcessorError::Serialize {
-                    what: KeyOrValue::Key,
-                    target: self.slot.name.clone(),
-                    source,
-                })?;
-            Ok(Some(out))
-        };
-        let (from, to) = (encode(from)?, encode(to)?);
+        let from = from.map(|k| self.0.encode_key(k)).transpose()?;
+        let to = to.map(|k| self.0.encode_key(k)).transpose()?;
         self.scan(
             from.as_deref().map_or(Bound::Unbounded, Bound::Included),
             to.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
@@ -442,26 +518,18 @@ impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
     }
 
     fn scan(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<Vec<(K, V)>, ProcessorError> {
-        let mut cell = self.cell()?;
+        let mut cell = self.0.cell()?;
         let mut out = Vec::new();
-        for entry in Self::kv(&mut cell).range(from, to)? {
+        for entry in key_value_store(&mut cell).range(from, to)? {
             let (k, v) = entry?;
-            let key = self
-                .key_serde
-                .deserialize(&self.slot.name, &k)
-                .map_err(|source| ProcessorError::StoreRead {
-                    what: KeyOrValue::Key,
-                    store: self.slot.name.clone(),
-                    source,
-                })?;
-            out.push((key, self.decode_value(&v)?));
+            out.push((self.0.decode_key(&k)?, self.0.decode_value(&v)?));
         }
         Ok(out)
     }
 
     /// An estimate of the number of entries.
     pub fn approximate_num_entries(&self) -> Result<u64, ProcessorError> {
-        Ok(Self::kv(&mut *self.cell()?).approximate_num_entries()?)
+        Ok(key_value_store(&mut *self.0.cell()?).approximate_num_entries()?)
     }
 }
 
@@ -470,20 +538,6 @@ impl StoreSlot {
         self.inner
             .try_borrow_mut()
             .map_err(|_| ProcessorError::StoreBusy(self.name.clone()))
-    }
-
-    /// Fails unless the store is of kind `label` ("key-value", "window", "session").
-    pub(crate) fn expect_kind(&self, label: &'static str) -> Result<(), ProcessorError> {
-        let actual = self.cell()?.store.label();
-        if actual == label {
-            Ok(())
-        } else {
-            Err(ProcessorError::StoreKind {
-                store: self.name.clone(),
-                actual,
-                asked: label,
-            })
-        }
     }
 
     /// Emits the changelog record of a write (see the module docs).

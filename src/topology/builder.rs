@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::processor::node::{ErasedNode, SinkNode, SourceNode};
-use crate::processor::{OutputKind, StoreKind, StoreSerdes};
+use crate::processor::{OutputKind, StoreSerdes};
 use crate::serdes::{Serde, SerdeError, SerdeRegistry, SharedSerde, short_type_name};
 use crate::time::RecordTimestamp;
 
@@ -127,23 +127,13 @@ impl BuilderInner {
 
     /// Adds a key-value store definition; returns its index.
     pub(crate) fn add_store(&mut self, name: String, logging: bool, serdes: StoreSerdes) -> usize {
-        self.add_store_of_kind(name, StoreKind::KeyValue, logging, serdes)
+        self.add_store_def(StoreDef::key_value(name, serdes).logged(logging))
     }
 
-    pub(crate) fn add_store_of_kind(
-        &mut self,
-        name: String,
-        kind: StoreKind,
-        logging: bool,
-        serdes: StoreSerdes,
-    ) -> usize {
-        self.claim(&name);
-        self.stores.push(StoreDef {
-            name,
-            kind,
-            logging,
-            serdes,
-        });
+    /// Adds a store definition of any kind; returns its index.
+    pub(crate) fn add_store_def(&mut self, def: StoreDef) -> usize {
+        self.claim(&def.name);
+        self.stores.push(def);
         self.stores.len() - 1
     }
 
@@ -390,15 +380,7 @@ impl StreamsBuilder {
         }
         let stores = std::mem::take(&mut b.stores);
         // Keep the builder usable (build twice gives the same topology).
-        b.stores = stores
-            .iter()
-            .map(|s| StoreDef {
-                name: s.name.clone(),
-                kind: s.kind,
-                logging: s.logging,
-                serdes: s.serdes.clone(),
-            })
-            .collect();
+        b.stores = stores.clone();
         let subtopologies = split_subtopologies(&nodes, stores.len());
         let mut late_topics = b.late_topics.clone();
         late_topics.sort();

@@ -75,7 +75,7 @@ pub use windowed::{SessionWindowedKStream, TimeWindowedKStream};
 use std::sync::Arc;
 
 use crate::processor::node::ErasedNode;
-use crate::processor::{StoreKind, StoreSerdes};
+use crate::processor::{Retention, StoreKind, StoreSerdes};
 
 /// Marker for types that can flow through a topology: cloned when a record
 /// is forwarded to several children.
@@ -228,14 +228,59 @@ impl NodeDef {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct StoreDef {
     pub(crate) name: String,
     pub(crate) kind: StoreKind,
+    /// `Some` exactly for window and session stores.
+    pub(crate) retention: Option<Retention>,
     pub(crate) logging: bool,
     pub(crate) serdes: StoreSerdes,
 }
 
 impl StoreDef {
+    /// A key-value store, logged.
+    pub(crate) fn key_value(name: String, serdes: StoreSerdes) -> Self {
+        StoreDef {
+            name,
+            kind: StoreKind::KeyValue,
+            retention: None,
+            logging: true,
+            serdes,
+        }
+    }
+
+    /// A window or session store keeping entries `retention_ms`, logged;
+    /// segments of half the retention (as Kafka Streams, so expiry drops
+    /// whole segments at most half a retention late).
+    pub(crate) fn timed(
+        name: String,
+        kind: StoreKind,
+        retention_ms: i64,
+        serdes: StoreSerdes,
+    ) -> Self {
+        debug_assert!(
+            kind != StoreKind::KeyValue,
+            "a key-value store has no retention"
+        );
+        StoreDef {
+            name,
+            kind,
+            retention: Some(Retention {
+                retention_ms,
+                segment_interval_ms: crate::windows::segment_interval(retention_ms),
+            }),
+            logging: true,
+            serdes,
+        }
+    }
+
+    /// With changelog logging on or off.
+    pub(crate) fn logged(mut self, logging: bool) -> Self {
+        self.logging = logging;
+        self
+    }
+
     pub(crate) fn changelog_topic(&self, application_id: &str) -> String {
         format!("{application_id}-{}-changelog", self.name)
     }
@@ -314,12 +359,9 @@ impl Topology {
         self.stores
             .iter()
             .filter(|s| s.logging)
-            .filter_map(|s| match s.kind {
-                StoreKind::Window { retention_ms, .. }
-                | StoreKind::Session { retention_ms, .. } => {
-                    Some((s.changelog_topic(application_id), retention_ms))
-                }
-                StoreKind::KeyValue => None,
+            .filter_map(|s| {
+                let retention = s.retention?;
+                Some((s.changelog_topic(application_id), retention.retention_ms))
             })
             .collect()
     }

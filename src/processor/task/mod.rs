@@ -128,6 +128,7 @@ impl TaskInstance {
             let spec = StoreSpec {
                 name: &def.name,
                 kind: def.kind,
+                retention: def.retention,
                 changelog_topic: changelog_topic.as_deref(),
             };
             let backend = AnyStore::open(stores, id, &spec)

@@ -91,11 +91,7 @@ fn ser<T: 'static>(
     let mut out = Vec::new();
     serde
         .serialize(target, value, &mut out)
-        .map_err(|source| ProcessorError::Serialize {
-            what,
-            target: target.to_owned(),
-            source,
-        })?;
+        .map_err(ProcessorError::serialize(what, target))?;
     Ok(out)
 }
 
@@ -107,11 +103,7 @@ fn de<T: 'static>(
 ) -> Result<T, ProcessorError> {
     serde
         .deserialize(target, bytes)
-        .map_err(|source| ProcessorError::StoreRead {
-            what,
-            store: target.to_owned(),
-            source,
-        })
+        .map_err(ProcessorError::store_read(what, target))
 }
 
 /// `len(ko) ++ ko`: the prefix of every subscription to `ko`.
