@@ -35,7 +35,7 @@ use crate::processor::{Processor, ProcessorContext, ProcessorError, ProcessorNod
 use crate::processor::{StoreKind, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
 
-use super::{JoinWindows, Joined, ListSerde, copartitioned, join_name};
+use super::{JoinWindows, Joined, ListSerde, PassThrough, copartitioned, join_name};
 use crate::topology::{Data, KStream, StoreDef};
 
 /// `(this, other) → result`; `None` when this kind of join has no result.
@@ -59,7 +59,9 @@ fn parse_shared_key(raw: &[u8]) -> Option<(i64, u8, &[u8])> {
     Some((u64::from_be_bytes(*ts) as i64, side, key))
 }
 
-/// One side's join processor (see the module docs).
+/// One side's join processor (see the module docs): the `-this` node runs
+/// it for the left side, the `-other` node for the right (Kafka Streams'
+/// `KStreamKStreamJoinLeftSide` and `KStreamKStreamJoinRightSide`).
 struct SideJoin<K, T, O, VR> {
     side: u8,
     /// This side's range: other records in `[t - before, t + after]` match.
@@ -374,11 +376,11 @@ impl<K: Data, V: Data> KStream<K, V> {
                 b.connect_store(node, shared);
             }
         }
-        let merge = b.add_processor(format!("{name}-merge"), &[this_node, other_node], || {
-            crate::processor::node::fn_node(
-                |ctx: &ProcessorContext<'_, K, VR>, r: Record<K, VR>| ctx.forward(r),
-            )
-        });
+        let merge = b.add_processor(
+            format!("{name}-merge"),
+            &[this_node, other_node],
+            PassThrough::<K, VR>::boxed,
+        );
         drop(b);
         KStream::new(self.builder.clone(), merge, Some(key), None, false)
     }
