@@ -79,9 +79,9 @@ pub enum ProcessorError {
         /// The store.
         store: String,
         /// Its kind.
-        actual: super::StoreKind,
+        actual: crate::state::StoreKind,
         /// The kind asked for.
-        asked: super::StoreKind,
+        asked: crate::state::StoreKind,
     },
     /// A store handle was used while another handle of the same store was
     /// in the middle of an operation (re-entrant use).

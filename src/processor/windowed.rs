@@ -1,6 +1,6 @@
 //! Typed, logged handles to a task's window and session stores.
 //!
-//! Same logging layer as key-value handles (see `store.rs`): every write goes
+//! Same typed and logging layer as key-value handles (see `typed.rs`): every write goes
 //! to the backend's open writes, then its changelog record — keyed by the
 //! store's changelog key ([`crate::state::window::changelog_key`],
 //! [`crate::state::session::changelog_key`]) — goes through the call's
@@ -8,9 +8,10 @@
 
 use crate::state::{SessionKey, SessionStore, WindowStore};
 
-use super::context::Frame;
 use super::error::ProcessorError;
-use super::store::{AnyStore, StoreCell, StoreKind, StoreSlot, TypedStore};
+use super::frame::Frame;
+use super::store::{AnyStore, StoreCell, StoreKind, StoreSlot};
+use super::typed::TypedStore;
 
 fn window_store(cell: &mut StoreCell) -> &mut dyn WindowStore {
     match &mut cell.store {

@@ -35,10 +35,9 @@ use crate::topology::{NodeBuildContext, Topology};
 
 use super::StoreProvider;
 use super::collector::{OutputKind, OutputRecord, RecordCollector};
-use super::context::{Frame, ScheduleOp};
 use super::error::TaskError;
-use super::node::{ErasedNode, SourceError};
-use super::punctuation::{PunctuationType, Schedule};
+use super::frame::{Frame, NodeSlot, Schedule, ScheduleOp, SourceError};
+use super::punctuation::PunctuationType;
 use super::record::RecordMetadata;
 use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
@@ -46,14 +45,6 @@ mod stores;
 mod types;
 
 pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
-
-/// A node instance of a task.
-pub(crate) struct NodeSlot {
-    pub(crate) name: String,
-    pub(crate) children: Vec<usize>,
-    pub(crate) stores: Vec<usize>,
-    pub(crate) runtime: RefCell<Box<dyn ErasedNode>>,
-}
 
 /// One running (sub-topology, partition). See the module docs.
 pub struct TaskInstance {
