@@ -431,3 +431,21 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         )
     }
 }
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    /// Windows the grouped stream by time (tumbling or hopping windows) for
+    /// a windowed aggregation; see [`crate::windows`].
+    pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::new(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream by sliding windows; see [`crate::windows`].
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::sliding(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream into sessions; see [`crate::windows`].
+    pub fn windowed_by_session(&self, windows: SessionWindows) -> SessionWindowedKStream<K, V> {
+        SessionWindowedKStream::new(self.clone(), windows)
+    }
+}

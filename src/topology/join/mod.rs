@@ -51,7 +51,7 @@ use crate::processor::{
 };
 use crate::serdes::{Serde, SharedSerde};
 
-use super::builder::Shared;
+use super::internal::Shared;
 use super::{Data, KStream, KTable, Repartitioned};
 
 /// Options of a stream join: a name (for generated nodes, stores and the
