@@ -4,7 +4,7 @@
 //! over the task's per-call *frame*: the graph of node instances, the task's
 //! stores, the collector of the current call, the input record's metadata and
 //! the task's clocks. Every task call (process one record, punctuate) builds one
-//! frame on the stack; nothing in it outlives the call.
+//! frame on the stack (`frame.rs`); nothing in it outlives the call.
 //!
 //! # Invariants
 //!

@@ -163,7 +163,7 @@ impl TaskInstance {
             .filter_map(|s| s.changelog_topic.as_deref().map(|t| (s.name.as_str(), t)))
     }
 
-    /// The frame of one call (see `context.rs`): the task's nodes, stores,
+    /// The frame of one call (see `frame.rs`): the task's nodes, stores,
     /// clocks and record cache, with `collector` for what the call emits.
     /// `record` is the input record's metadata (`None` outside `process`);
     /// `timestamp` the time the call's store writes and forwards carry.
