@@ -65,7 +65,7 @@
 //! * [`backend`]: the overlay of open writes and the backend contract;
 //! * [`memory`] and [`rocks`]: the two backends;
 //! * [`kv`], [`window`], [`session`]: the three store kinds;
-//! * [`cache`]: the record cache that collapses repeated updates of a key;
+//! * [`cache`]: the record cache's memory budget ([`CacheBudget`]);
 //! * [`timestamped`]: the value-with-timestamp encoding the DSL uses.
 
 use std::ops::Bound;
@@ -82,7 +82,7 @@ pub mod timestamped;
 pub mod window;
 
 pub use backend::Backend;
-pub use cache::{CacheBudget, CachingKeyValueStore, DirtyEntry, RecordCache};
+pub use cache::CacheBudget;
 pub use config::{StateConfig, StoreBackend};
 pub use dir::StateDirectory;
 pub use kv::{KvStore, open_key_value_store};
@@ -409,4 +409,44 @@ impl<S: KeyValueStore + ?Sized> KeyValueStore for Box<S> {
     fn approximate_num_entries(&self) -> Result<u64, StoreError> {
         (**self).approximate_num_entries()
     }
+}
+
+/// The kind of a state store. A typed handle checks it when it is made
+/// (a window store cannot be opened as a key-value store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    /// A key-value store ([`KeyValueStore`]).
+    KeyValue,
+    /// A window store ([`WindowStore`]): windows are kept
+    /// [`Retention::retention_ms`] after their start.
+    Window,
+    /// A session store ([`SessionStore`]): sessions are kept
+    /// [`Retention::retention_ms`] after their end.
+    Session,
+}
+
+impl StoreKind {
+    /// `"key-value"`, `"window"` or `"session"`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreKind::KeyValue => "key-value",
+            StoreKind::Window => "window",
+            StoreKind::Session => "session",
+        }
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// How long a window or session store keeps its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Retention {
+    /// How long an entry is kept (after a window's start, a session's end), ms.
+    pub retention_ms: i64,
+    /// Width of one store segment (ms); expiry drops whole segments.
+    pub segment_interval_ms: i64,
 }

@@ -60,22 +60,20 @@ impl<K: 'static, V: 'static> Spec<K, V> {
         let mut out = Vec::new();
         self.key_serde
             .serialize(store, key, &mut out)
-            .map_err(|source| ProcessorError::Serialize {
-                what: crate::processor::KeyOrValue::Key,
-                target: store.to_owned(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(
+                crate::processor::KeyOrValue::Key,
+                store,
+            ))?;
         Ok(out)
     }
 
     pub(crate) fn decode_key(&self, bytes: &[u8]) -> Result<K, ProcessorError> {
         self.key_serde
             .deserialize(&self.store, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: crate::processor::KeyOrValue::Key,
-                store: self.store.clone(),
-                source,
-            })
+            .map_err(ProcessorError::store_read(
+                crate::processor::KeyOrValue::Key,
+                &self.store,
+            ))
     }
 
     /// The close bound at stream time: `from_stream_time`, but never below
@@ -131,21 +129,17 @@ impl<K: 'static, V: 'static> Spec<K, V> {
         if let Some(input) = ctx.input() {
             return ctx.send_raw(&late.topic, input.key, input.value, &headers);
         }
-        let serialize_error = |what, source| ProcessorError::Serialize {
-            what,
-            target: late.topic.clone(),
-            source,
-        };
+        use crate::processor::KeyOrValue;
         let mut k = Vec::new();
         let mut v = Vec::new();
         let has_key = late
             .key_serde
             .serialize_nullable(&late.topic, key, &mut k)
-            .map_err(|e| serialize_error(crate::processor::KeyOrValue::Key, e))?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &late.topic))?;
         let has_value = late
             .value_serde
             .serialize_nullable(&late.topic, value, &mut v)
-            .map_err(|e| serialize_error(crate::processor::KeyOrValue::Value, e))?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Value, &late.topic))?;
         ctx.send_raw(
             &late.topic,
             has_key.then_some(k.as_slice()),
