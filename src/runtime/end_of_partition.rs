@@ -11,7 +11,7 @@
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 
 /// A consumer context for reading partitions to their end: the end of a
 /// partition is logged at debug level, not as an error, and other client
@@ -22,14 +22,6 @@ pub struct EndOfPartitionContext;
 
 /// A consumer reading to the end of partitions (restore, standby, global).
 pub(crate) type RestoreConsumer = BaseConsumer<EndOfPartitionContext>;
-
-impl EndOfPartitionContext {
-    /// Whether `error` is an end of partition rather than a failure.
-    pub(crate) fn is_end_of_partition(error: &KafkaError) -> bool {
-        matches!(error, KafkaError::PartitionEOF(_))
-            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
-    }
-}
 
 impl ClientContext for EndOfPartitionContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
@@ -42,20 +34,3 @@ impl ClientContext for EndOfPartitionContext {
 }
 
 impl ConsumerContext for EndOfPartitionContext {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_end_of_a_partition_is_quiet() {
-        type C = EndOfPartitionContext;
-        assert!(C::is_end_of_partition(&KafkaError::Global(
-            RDKafkaErrorCode::PartitionEOF
-        )));
-        assert!(C::is_end_of_partition(&KafkaError::PartitionEOF(3)));
-        assert!(!C::is_end_of_partition(&KafkaError::Global(
-            RDKafkaErrorCode::BrokerTransportFailure
-        )));
-    }
-}
