@@ -76,6 +76,7 @@ pub mod config;
 pub mod dir;
 pub mod kv;
 pub mod memory;
+mod open;
 pub mod rocks;
 pub mod session;
 pub mod timestamped;
@@ -85,15 +86,12 @@ pub use backend::Backend;
 pub use cache::CacheBudget;
 pub use config::{StateConfig, StoreBackend};
 pub use dir::StateDirectory;
-pub use kv::{KvStore, open_key_value_store};
+pub use kv::KvStore;
 pub use memory::{InMemoryKeyValueStore, MemoryBackend};
+pub use open::{open_key_value_store, open_session_store, open_window_store};
 pub use rocks::{RocksDbBackend, RocksDbKeyValueStore, RocksDbMemory, RocksDbMemoryUsage};
-pub use session::{
-    InMemorySessionStore, RocksDbSessionStore, SegmentedSessionStore, open_session_store,
-};
-pub use window::{
-    InMemoryWindowStore, RocksDbWindowStore, SegmentedWindowStore, open_window_store,
-};
+pub use session::{InMemorySessionStore, RocksDbSessionStore, SegmentedSessionStore};
+pub use window::{InMemoryWindowStore, RocksDbWindowStore, SegmentedWindowStore};
 
 /// Errors raised by state stores.
 #[derive(Debug, thiserror::Error)]
