@@ -246,19 +246,7 @@ impl TopologyTestDriver {
                 self.task_config.clone(),
                 &mut provider,
             )?;
-            let changelogs: Vec<(String, String)> = task
-                .changelog_topics()
-                .map(|(s, t)| (s.to_owned(), t.to_owned()))
-                .collect();
-            for (store, topic) in changelogs {
-                for r in self.all_raw(&topic) {
-                    task.restore(
-                        &store,
-                        r.key.as_deref().unwrap_or_default(),
-                        r.value.as_deref(),
-                    )?;
-                }
-            }
+            crate::runtime::changelog::restore_in_memory(&mut task, |topic| self.all_raw(topic))?;
             task.restore_stream_time(committed_stream_time)?;
             task.initialize(self.wall_clock_ms, &mut self.topics)?;
             self.tasks[index] = task;

@@ -3,8 +3,9 @@
 //! While a task restores, `weir_restoring_tasks` counts it (the HTTP server
 //! reports the instance not ready); per store the meter sets the records
 //! still to read when the restore of the store starts, and updates the
-//! restored records, remaining records and rate every
-//! [`RestoreMeter::STEP`] records and at the end. The rate gauge keeps the
+//! restored records, remaining records and rate once at least
+//! [`RestoreMeter::STEP`] records were applied since the last update (the
+//! restore reports whole batches) and at the end. The rate gauge keeps the
 //! last restore's rate once it finished.
 
 use std::sync::Arc;
@@ -65,8 +66,14 @@ impl RestoreMeter {
     /// One more record of the current store was applied.
     #[inline]
     pub fn record(&mut self) {
+        self.records(1);
+    }
+
+    /// `n` more records of the current store were applied (one batch).
+    #[inline]
+    pub fn records(&mut self, n: u64) {
         if let Some(p) = self.store.as_mut() {
-            p.done += 1;
+            p.done += n;
             if p.done - p.published >= Self::STEP {
                 p.publish();
             }

@@ -14,8 +14,10 @@
 //! * `error.rs` — [`StreamsError`] and its [`Recovery`] classes;
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
-//! * `standby.rs` — standby replicas;
-//! * `restore.rs` — restoring stores from the changelog tail;
+//! * `changelog/` — the changelog reader: from a store's committed offset
+//!   to the end of its changelog partition, into `restore_batch`;
+//! * `standby.rs` — standby replicas (follow changelogs with the reader);
+//! * `restore.rs` — restoring an active task's stores with the reader;
 //! * `global.rs` — the global thread: loads and updates global tables;
 //! * `collector.rs` — task output into the producer, changelog offsets from
 //!   delivery reports;
@@ -27,6 +29,7 @@
 
 mod app;
 mod buffer;
+pub(crate) mod changelog;
 mod client_log;
 mod clients;
 mod collector;

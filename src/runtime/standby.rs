@@ -22,44 +22,60 @@
 //!   task before opening it and takes over a standby copy if one exists
 //!   (committed up to the last applied changelog record, so its restore
 //!   reads only the tail).
-//! * A standby applies changelog records read with `read_committed`, so
-//!   records of aborted transactions never enter it, and commits them with
-//!   the offset of the last one applied, exactly as a restore does.
+//! * A standby reads its changelogs with the changelog reader a restore
+//!   uses (`changelog/`, following instead of stopping at the end): from
+//!   each store's committed offset + 1, or the log's start when the records
+//!   in between were deleted; records read with `read_committed`, so those
+//!   of aborted transactions never enter it; applied through
+//!   `restore_batch` with the offset of the last one, committed every
+//!   10,000 records and every 5 s.
+//! * A standby copy ahead of its changelog (its store reflects an offset at
+//!   or past the log's end: the changelog was deleted or reset while the
+//!   state directory stayed) is wiped and read from the log's start, with a
+//!   warning. Its state is only a copy of the changelog, so nothing is lost;
+//!   an active task in that situation fails instead (`restore.rs`).
+//! * Placement is re-read every 3 s; when the set of standby tasks changed,
+//!   the reader is rebuilt for the new set, under the registry lock (so no
+//!   stream thread claims a task meanwhile). A failure to reach the broker
+//!   then is logged and retried at the next placement.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use super::changelog::{
+    ChangelogPartition, ChangelogReader, ChangelogSource, KafkaChangelog, Plan, ReadMode,
+    RestoreTarget,
+};
 use super::end_of_partition::RestoreConsumer;
-use super::thread::ThreadEnv;
+use super::env::ThreadEnv;
 use crate::metrics::Metrics;
 use crate::processor::{TaskId, TaskInstance};
+use crate::state::ChangelogRecord;
 
 /// How often the group's membership is read again.
 const PLACEMENT_INTERVAL: Duration = Duration::from_secs(3);
 /// How often standby stores commit what they applied.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+/// How long one read of the standby changelogs waits for records.
+const POLL_WAIT: Duration = Duration::from_millis(200);
+/// How long reading a changelog's watermarks may take.
+const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A standby task: an uninitialized task whose stores follow the changelog.
 pub(crate) struct StandbyTask {
     task: TaskInstance,
-    /// changelog topic → offset of the last record applied, not yet committed.
-    applied: HashMap<String, i64>,
 }
 
 impl StandbyTask {
-    /// Commits the applied records with their changelog offsets.
+    /// Makes what was applied durable. Every applied batch already carries
+    /// its changelog offset (`restore_batch`), so no offset is given here.
     fn checkpoint(&mut self) -> Result<(), StreamsError> {
-        if !self.applied.is_empty() {
-            let applied = std::mem::take(&mut self.applied);
-            self.task.commit(|topic| applied.get(topic).copied())?;
-        }
-        Ok(())
+        Ok(self.task.commit(|_| None)?)
     }
 
     /// Commits and hands the task over (still `Created`, stores open).
@@ -135,6 +151,32 @@ impl StandbyRegistry {
     }
 }
 
+/// The standby tasks of this instance, as what their changelogs are applied
+/// to. A task missing here was claimed by a stream thread (or closed) after
+/// its records were read: they are skipped, its new owner restores the tail.
+impl RestoreTarget for BTreeMap<TaskId, StandbyTask> {
+    fn restore_batch(
+        &mut self,
+        from: &ChangelogPartition,
+        records: &[ChangelogRecord<'_>],
+        last_offset: i64,
+    ) -> Result<(), StreamsError> {
+        if let Some(standby) = self.get_mut(&from.task) {
+            standby
+                .task
+                .restore_batch(&from.store, records, last_offset)?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, from: &ChangelogPartition, last_offset: i64) -> Result<(), StreamsError> {
+        match self.get_mut(&from.task) {
+            Some(standby) => RestoreTarget::commit(&mut standby.task, from, last_offset),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The process id in a member's `client.id` (`<app>-<process id>-<thread>-consumer`).
 fn process_of(client_id: &str, application_id: &str) -> Option<String> {
     let rest = client_id
@@ -201,6 +243,7 @@ pub(crate) fn run(
     let config = &env.config;
     let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
     registry.lock().metrics = Some(env.metrics.clone());
+    let mut reader = ChangelogReader::new(KafkaChangelog::new(&consumer), ReadMode::Follow);
     let logged: BTreeSet<u32> = env
         .topology
         .subtopologies
@@ -212,63 +255,46 @@ pub(crate) fn run(
     let mut last_placement: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
     let mut assigned: BTreeSet<TaskId> = BTreeSet::new();
-    // changelog topic → (sub-topology, store), to route records to stores.
-    let mut store_of_changelog: HashMap<String, (u32, String)> = HashMap::new();
     while !env.shutdown.load(Ordering::SeqCst) {
         if last_placement.is_none_or(|t| t.elapsed() >= PLACEMENT_INTERVAL) {
             last_placement = Some(Instant::now());
             match desired_standbys(&env, &consumer, &process_id, &logged) {
-                Ok(desired) => {
-                    update_standbys(&env, &registry, &desired, &mut store_of_changelog)?;
-                }
+                Ok(desired) => update_standbys(&env, &registry, &desired)?,
                 Err(e) => tracing::debug!(error = %e, "reading the group for standby placement"),
             }
-            let current: BTreeSet<TaskId> = registry.lock().standby.keys().copied().collect();
+            let mut reg = registry.lock();
+            let current: BTreeSet<TaskId> = reg.standby.keys().copied().collect();
             if current != assigned {
-                assign(&registry, &consumer)?;
-                assigned = current;
+                match follow(&mut reader, &mut reg.standby, &mut |task: TaskInstance| {
+                    wipe(&env, task)
+                }) {
+                    Ok(()) => assigned = current,
+                    Err(e @ (StreamsError::Kafka { .. } | StreamsError::Timeout { .. })) => {
+                        tracing::warn!(error = %e, "reading the standby changelogs; retrying at the next placement");
+                        assigned.clear();
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         if assigned.is_empty() {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
-        let deadline = Instant::now() + Duration::from_millis(200);
-        let mut applied = 0;
-        while Instant::now() < deadline {
-            let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) else {
-                continue;
-            };
-            let Some((sub, store)) = store_of_changelog.get(m.topic()) else {
-                continue;
-            };
-            let id = TaskId {
-                subtopology: *sub,
-                partition: m.partition(),
-            };
-            let mut reg = registry.lock();
-            let Some(standby) = reg.standby.get_mut(&id) else {
-                continue;
-            };
-            standby
-                .task
-                .restore(store, m.key().unwrap_or_default(), m.payload())?;
-            match standby.applied.get_mut(m.topic()) {
-                Some(offset) => *offset = m.offset(),
-                None => {
-                    standby.applied.insert(m.topic().to_string(), m.offset());
-                }
-            }
-            applied += 1;
+        if let Err(e) = reader.fetch(POLL_WAIT) {
+            // librdkafka retries on its own; what was read before the error
+            // is applied.
+            tracing::debug!(error = %e, "reading the standby changelogs");
         }
+        let mut reg = registry.lock();
+        let applied = reader.apply(&mut reg.standby)?;
         env.metrics.standby_applied.inc_by(applied);
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
             last_checkpoint = Instant::now();
-            for standby in registry.lock().standby.values_mut() {
-                standby.checkpoint()?;
-            }
+            reader.commit(&mut reg.standby)?;
         }
     }
+    reader.commit(&mut registry.lock().standby)?;
     registry.close_all();
     Ok(())
 }
@@ -315,7 +341,6 @@ fn update_standbys(
     env: &ThreadEnv,
     registry: &StandbyRegistry,
     desired: &BTreeSet<TaskId>,
-    store_of_changelog: &mut HashMap<String, (u32, String)>,
 ) -> Result<(), StreamsError> {
     let mut reg = registry.lock();
     let stale: Vec<TaskId> = reg
@@ -334,58 +359,172 @@ fn update_standbys(
         if reg.active.contains(&id) || reg.standby.contains_key(&id) {
             continue;
         }
-        let mut provider = env.stores.provider();
-        let task = TaskInstance::new(
-            env.topology.clone(),
-            id,
-            env.task_config.clone(),
-            &mut provider,
-        )?;
-        for (store, topic) in task.changelog_topics() {
-            store_of_changelog.insert(topic.to_string(), (id.subtopology, store.to_string()));
-        }
+        let task = open_task(env, id)?;
         tracing::info!(task = %id, "opened standby task");
-        reg.standby.insert(
-            id,
-            StandbyTask {
-                task,
-                applied: HashMap::new(),
-            },
-        );
+        reg.standby.insert(id, StandbyTask { task });
     }
     reg.publish_count();
     Ok(())
 }
 
-/// Assigns the changelog partitions of every standby task, each from its
-/// store's committed offset + 1.
-fn assign(registry: &StandbyRegistry, consumer: &RestoreConsumer) -> Result<(), StreamsError> {
-    let mut reg = registry.lock();
-    let mut tpl = TopicPartitionList::new();
-    for (id, standby) in reg.standby.iter_mut() {
-        standby.checkpoint()?;
-        let changelogs: Vec<(String, String)> = standby
-            .task
-            .changelog_topics()
-            .map(|(s, t)| (s.to_string(), t.to_string()))
-            .collect();
-        for (store, topic) in changelogs {
-            let offset = match standby.task.store_committed_offset(&store) {
-                Some(c) => Offset::Offset(c + 1),
-                None => Offset::Beginning,
-            };
-            tpl.add_partition_offset(&topic, id.partition, offset)
-                .map_err(|e| StreamsError::kafka("building the standby assignment", e))?;
+fn open_task(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
+    let mut provider = env.stores.provider();
+    Ok(TaskInstance::new(
+        env.topology.clone(),
+        id,
+        env.task_config.clone(),
+        &mut provider,
+    )?)
+}
+
+/// Closes `task`, deletes its local state and opens it again, empty.
+fn wipe(env: &ThreadEnv, mut task: TaskInstance) -> Result<TaskInstance, StreamsError> {
+    let id = task.id();
+    task.close()?;
+    env.stores.wipe_task(id)?;
+    open_task(env, id)
+}
+
+/// Makes `reader` follow the changelogs of `standbys` (after committing what
+/// it applied to the previous set): each store from its committed offset + 1
+/// or the log's start. A standby whose stores are ahead of their changelog
+/// is replaced by `wipe(task)` (empty stores) and read from the log's start;
+/// see the module docs.
+fn follow<S: ChangelogSource>(
+    reader: &mut ChangelogReader<S>,
+    standbys: &mut BTreeMap<TaskId, StandbyTask>,
+    wipe: &mut dyn FnMut(TaskInstance) -> Result<TaskInstance, StreamsError>,
+) -> Result<(), StreamsError> {
+    reader.commit(standbys)?;
+    reader.stop()?;
+    let ids: Vec<TaskId> = standbys.keys().copied().collect();
+    for id in ids {
+        let Some(standby) = standbys.get(&id) else {
+            continue;
+        };
+        let Some((store, committed, high)) = register(reader, &standby.task)? else {
+            continue;
+        };
+        tracing::warn!(
+            task = %id,
+            store = %store,
+            committed,
+            changelog_end = high,
+            "the standby copy is ahead of its changelog (the changelog was deleted or reset); wiping it and reading the changelog from its start"
+        );
+        reader.forget(id);
+        if let Some(standby) = standbys.remove(&id) {
+            let task = wipe(standby.task)?;
+            register(reader, &task)?;
+            standbys.insert(id, StandbyTask { task });
         }
     }
-    consumer
-        .assign(&tpl)
-        .map_err(|e| StreamsError::kafka("assigning standby changelog partitions", e))
+    reader.start()
+}
+
+/// Registers every changelog partition of `task` with `reader`; returns the
+/// first store ahead of its changelog, with its committed offset and the
+/// log's end, if any.
+fn register<S: ChangelogSource>(
+    reader: &mut ChangelogReader<S>,
+    task: &TaskInstance,
+) -> Result<Option<(String, i64, i64)>, StreamsError> {
+    let id = task.id();
+    for (store, topic) in task.changelog_topics() {
+        let committed = task.store_committed_offset(store);
+        let found = reader.register(
+            id,
+            store,
+            (topic, id.partition),
+            committed,
+            WATERMARKS_TIMEOUT,
+        )?;
+        if let Plan::AheadOfLog { committed, high } = found.plan {
+            return Ok(Some((store.to_string(), committed, high)));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::changelog::tests::{TASK, count, count_record, word_count_task};
+    use crate::runtime::changelog::{MemoryChangelog, restore_in_memory};
+
+    fn standbys(task: TaskInstance) -> BTreeMap<TaskId, StandbyTask> {
+        BTreeMap::from([(task.id(), StandbyTask { task })])
+    }
+
+    #[test]
+    fn a_standby_follows_from_its_committed_offset() {
+        let log = vec![
+            count_record(0, "a", Some(1)),
+            count_record(1, "a", Some(2)),
+            count_record(2, "b", Some(1)),
+            count_record(3, "a", Some(3)),
+        ];
+        let mut task = word_count_task();
+        restore_in_memory(&mut task, |_: &str| &log[..2]).unwrap();
+        let mut standbys = standbys(task);
+        let mut reader =
+            ChangelogReader::new(MemoryChangelog::new(|_: &str| &log[..]), ReadMode::Follow);
+        let mut wipe =
+            |_: TaskInstance| -> Result<TaskInstance, StreamsError> { panic!("nothing to wipe") };
+        follow(&mut reader, &mut standbys, &mut wipe).unwrap();
+        reader.fetch(Duration::ZERO).unwrap();
+        assert_eq!(reader.apply(&mut standbys).unwrap(), 2, "offsets 2 and 3");
+        let task = &standbys[&TASK].task;
+        assert_eq!((count(task, "a"), count(task, "b")), (Some(3), Some(1)));
+        assert_eq!(task.store_committed_offset("counts"), Some(3));
+    }
+
+    #[test]
+    fn a_standby_ahead_of_its_changelog_is_wiped_and_read_from_the_start() {
+        let old: Vec<_> = (0..8).map(|o| count_record(o, "old", Some(o))).collect();
+        let mut task = word_count_task();
+        restore_in_memory(&mut task, |_: &str| &old[..]).unwrap();
+        assert_eq!(task.store_committed_offset("counts"), Some(7));
+        // The changelog was deleted and written again: 3 records.
+        let log = vec![
+            count_record(0, "a", Some(1)),
+            count_record(1, "b", Some(1)),
+            count_record(2, "a", Some(2)),
+        ];
+        let mut standbys = standbys(task);
+        let mut reader =
+            ChangelogReader::new(MemoryChangelog::new(|_: &str| &log[..]), ReadMode::Follow);
+        let mut wiped = 0;
+        let mut wipe = |mut task: TaskInstance| -> Result<TaskInstance, StreamsError> {
+            wiped += 1;
+            task.close()?;
+            Ok(word_count_task())
+        };
+        follow(&mut reader, &mut standbys, &mut wipe).unwrap();
+        reader.fetch(Duration::ZERO).unwrap();
+        assert_eq!(reader.apply(&mut standbys).unwrap(), 3);
+        assert_eq!(wiped, 1);
+        let task = &standbys[&TASK].task;
+        assert_eq!(count(task, "old"), None, "the old copy is gone");
+        assert_eq!((count(task, "a"), count(task, "b")), (Some(2), Some(1)));
+        assert_eq!(task.store_committed_offset("counts"), Some(2));
+    }
+
+    #[test]
+    fn records_of_a_claimed_standby_are_skipped() {
+        let log = vec![count_record(0, "a", Some(1))];
+        let mut standbys = standbys(word_count_task());
+        let mut reader =
+            ChangelogReader::new(MemoryChangelog::new(|_: &str| &log[..]), ReadMode::Follow);
+        let mut wipe =
+            |_: TaskInstance| -> Result<TaskInstance, StreamsError> { panic!("nothing to wipe") };
+        follow(&mut reader, &mut standbys, &mut wipe).unwrap();
+        let claimed = standbys.remove(&TASK).unwrap();
+        reader.fetch(Duration::ZERO).unwrap();
+        reader.apply(&mut standbys).unwrap();
+        reader.commit(&mut standbys).unwrap();
+        assert_eq!(claimed.task.store_committed_offset("counts"), None);
+    }
 
     fn t(sub: u32, partition: i32) -> TaskId {
         TaskId {

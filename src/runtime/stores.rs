@@ -61,8 +61,12 @@ impl InstanceState {
             .dir
             .lock()
             .expect("state dir lock")
-            .task_dir(&id.to_string())?;
-        std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))
+            .path()
+            .join(id.to_string());
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::io(dir, e)),
+            _ => Ok(()),
+        }
     }
 
     /// A provider opening stores of tasks in this directory.

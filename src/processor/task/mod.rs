@@ -14,7 +14,7 @@
 //! * `new` builds the node instances from the topology's suppliers and opens
 //!   the stores through the [`StoreProvider`].
 //! * Between `new` and `initialize` the runtime restores the stores from their
-//!   changelogs ([`TaskInstance::restore`], unlogged).
+//!   changelogs ([`TaskInstance::restore_batch`], unlogged).
 //! * `initialize` calls every processor's `init` (where they schedule
 //!   punctuators), in topological order.
 //! * `process` takes one input record: source → deserialize → extract

@@ -2,7 +2,7 @@
 //! and the committed stream time before `initialize`, and reading stores for
 //! interactive queries, the runtime's restore and the test driver.
 
-use crate::state::{KeyValueStore, SessionStore, StoreError, WindowStore};
+use crate::state::{ChangelogRecord, KeyValueStore, SessionStore, StoreError, WindowStore};
 
 use super::super::store::{AnyStore, StoreSerdes, StoreSlot};
 use super::{TaskError, TaskInstance, TaskState};
@@ -24,6 +24,31 @@ impl TaskInstance {
         let mut cell = slot.inner.borrow_mut();
         cell.store
             .restore(key, value)
+            .map_err(|source| TaskError::Store {
+                task: self.id,
+                source,
+            })
+    }
+
+    /// Writes a batch of changelog records into store `store` as committed
+    /// state, together with `changelog_offset` (the offset of the last one),
+    /// in one write ([`crate::state::StateStore::restore_batch`]). Only
+    /// before `initialize`.
+    pub fn restore_batch(
+        &mut self,
+        store: &str,
+        records: &[ChangelogRecord<'_>],
+        changelog_offset: i64,
+    ) -> Result<(), TaskError> {
+        self.require(TaskState::Created, "restore")?;
+        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
+            task: self.id,
+            source: StoreError::UnknownStore(store.to_owned()),
+        })?;
+        let mut cell = slot.inner.borrow_mut();
+        cell.store
+            .state_mut()
+            .restore_batch(records, changelog_offset)
             .map_err(|source| TaskError::Store {
                 task: self.id,
                 source,

@@ -10,12 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::BaseConsumer;
-
 use super::ThreadEnv;
 use super::tasks::TaskCreator;
 use crate::metrics::RestoreMeter;
 use crate::processor::{TaskId, TaskInstance};
+use crate::runtime::end_of_partition::RestoreConsumer;
 use crate::runtime::restore::restore_task;
 use crate::runtime::{Recovery, StreamsError};
 
@@ -26,7 +25,7 @@ const RESTORE_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) struct ActiveTaskCreator {
     pub(super) env: Arc<ThreadEnv>,
     /// Reads changelogs (no group).
-    pub(super) restore_consumer: BaseConsumer,
+    pub(super) restore_consumer: RestoreConsumer,
 }
 
 impl ActiveTaskCreator {
