@@ -17,7 +17,13 @@
 //! names) take the `topology.` prefix.
 //!
 //! Validation happens once, in [`StreamsConfig::validate`], and every error
-//! names the key to fix. An unknown key is an error, never ignored.
+//! names the key to fix. An unknown key is an error, never ignored — except
+//! from the environment: [`Settings`] layers the places settings come from
+//! and remembers each key's [`Origin`], so an error also says where the bad
+//! key was given (a file, `--set`, or which `WEIR_*` variable). Any program
+//! may have `WEIR_*` variables of its own (`WEIR_HOME`), so an unknown key
+//! from the environment is logged as a warning and skipped, while an unknown
+//! key from a file or `--set` stops start-up.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +33,33 @@ use std::time::Duration;
 
 use crate::handler::ErrorHandling;
 use crate::processor::TaskConfig;
+
+mod sources;
+pub use sources::{Origin, Settings};
+
+/// The keys of [`StreamsConfig::set`] without a prefix.
+const KEYS: &[&str] = &[
+    "application_id",
+    "bootstrap_servers",
+    "instance_id",
+    "num_stream_threads",
+    "num_standby_replicas",
+    "processing_guarantee",
+    "commit_interval_ms",
+    "state_dir",
+    "state_memory_budget_bytes",
+    "cache_max_bytes",
+    "buffered_records_per_partition",
+    "max_task_idle_ms",
+    "repartition_purge_interval_ms",
+    "poll_ms",
+    "deserialization_handler",
+    "processing_handler",
+    "http_bind",
+];
+
+/// The prefixes of passed-through options (librdkafka's and the topology's).
+const PREFIXES: &[&str] = &["kafka.", "consumer.", "producer.", "admin.", "topology."];
 
 /// What the application guarantees about its results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,14 +95,16 @@ impl fmt::Display for ProcessingGuarantee {
     }
 }
 
-/// A configuration error. The message names the key and says what to fix.
+/// A configuration error. The message names the key, where it was given
+/// when that is known, and says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key '{key}': {message}")]
 pub struct ConfigError {
     /// The offending key.
     pub key: String,
     /// What is wrong and how to fix it.
     pub message: String,
+    /// Where the key was given (set by [`Settings::into_config`]).
+    pub origin: Option<Origin>,
 }
 
 impl ConfigError {
@@ -77,7 +112,18 @@ impl ConfigError {
         Self {
             key: key.to_string(),
             message: message.into(),
+            origin: None,
         }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config key '{}'", self.key)?;
+        if let Some(origin) = &self.origin {
+            write!(f, " (from {origin})")?;
+        }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -89,6 +135,12 @@ pub struct StreamsConfig {
     pub application_id: String,
     /// Kafka bootstrap servers, `host:port[,host:port…]`. Required.
     pub bootstrap_servers: String,
+    /// This instance's stable identity in the consumer group (static
+    /// membership, librdkafka's `group.instance.id`; stream thread `n` uses
+    /// `<instance_id>-<n>`). An instance restarted with the same id within
+    /// the session timeout gets its tasks back without a rebalance. Unset
+    /// by default (dynamic membership). Give every instance its own.
+    pub instance_id: Option<String>,
     /// Stream threads in this instance. Default 1.
     pub num_stream_threads: usize,
     /// Warm copies kept of each stateful task on other instances (standby
@@ -158,6 +210,7 @@ impl StreamsConfig {
         Self {
             application_id: application_id.into(),
             bootstrap_servers: bootstrap_servers.into(),
+            instance_id: None,
             num_stream_threads: 1,
             num_standby_replicas: 0,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
@@ -209,6 +262,11 @@ impl StreamsConfig {
         Ok(config)
     }
 
+    /// Whether [`set`](Self::set) knows `key` (a Weir key or a prefixed option).
+    pub fn is_known_key(key: &str) -> bool {
+        KEYS.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
+    }
+
     /// Sets one key. Unknown keys and unparsable values are errors naming the key.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let value = value.trim();
@@ -233,6 +291,9 @@ impl StreamsConfig {
         match key {
             "application_id" => self.application_id = value.to_string(),
             "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
+            "instance_id" => {
+                self.instance_id = (!value.is_empty()).then(|| value.to_string());
+            }
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
             "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
             "processing_guarantee" => {
@@ -266,11 +327,11 @@ impl StreamsConfig {
             _ => {
                 return Err(ConfigError::new(
                     key,
-                    "unknown key; Weir keys are application_id, bootstrap_servers, \
-                     num_stream_threads, num_standby_replicas, processing_guarantee, commit_interval_ms, state_dir, \
-                     state_memory_budget_bytes, cache_max_bytes, buffered_records_per_partition, \
-                     max_task_idle_ms, repartition_purge_interval_ms, poll_ms, deserialization_handler, processing_handler, http_bind; librdkafka options take a kafka./consumer./producer./admin. prefix, \
-                     topology parameters a topology. prefix",
+                    format!(
+                        "unknown key; Weir keys are {}; librdkafka options take a \
+                         kafka./consumer./producer./admin. prefix, topology parameters a topology. prefix",
+                        KEYS.join(", ")
+                    ),
                 ));
             }
         }
@@ -304,6 +365,16 @@ impl StreamsConfig {
                 "required; give the Kafka brokers as host:port[,host:port…]",
             ));
         }
+        if let Some(id) = &self.instance_id
+            && !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(ConfigError::new(
+                "instance_id",
+                format!("'{id}' may only contain ASCII letters, digits, '.', '_' and '-'"),
+            ));
+        }
         if self.num_stream_threads == 0 {
             return Err(ConfigError::new("num_stream_threads", "must be at least 1"));
         }
@@ -326,6 +397,7 @@ impl StreamsConfig {
         ] {
             for reserved in [
                 "group.id",
+                "group.instance.id",
                 "transactional.id",
                 "enable.auto.commit",
                 "isolation.level",
@@ -416,6 +488,26 @@ mod tests {
             StreamsConfig::from_pairs(pairs).unwrap().commit_interval(),
             Duration::from_millis(100)
         );
+    }
+
+    #[test]
+    fn an_instance_id_is_checked_and_optional() {
+        let c = StreamsConfig::from_pairs(base()).unwrap();
+        assert_eq!(c.instance_id, None);
+        let mut pairs = base();
+        pairs.push(("instance_id", "orders-1"));
+        let c = StreamsConfig::from_pairs(pairs).unwrap();
+        assert_eq!(c.instance_id.as_deref(), Some("orders-1"));
+        let mut pairs = base();
+        pairs.push(("instance_id", "orders 1"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "instance_id"
+        );
+        let mut pairs = base();
+        pairs.push(("consumer.group.instance.id", "x"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "consumer.group.instance.id");
     }
 
     #[test]

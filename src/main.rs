@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use weir::config::StreamsConfig;
+use weir::config::{Origin, Settings};
 use weir::runtime::{AppState, KafkaStreams};
-use weir::tools;
+
+// The binary's own module: the library does not export its CLI helpers.
+#[path = "cli/tools.rs"]
+mod tools;
 
 /// Weir: Kafka Streams for Rust.
 #[derive(Parser)]
@@ -154,8 +157,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             set,
         } => {
             let t = shipped(&topology)?;
-            let pairs = settings(t.name, config.as_deref(), &set)?;
-            let config = StreamsConfig::from_pairs(pairs)?;
+            let config = settings(t.name, config.as_deref(), &set)?.into_config()?;
             let params = t.params(&config.topology_params)?;
             let mut app = KafkaStreams::new((t.build)(&params)?, config)?;
             return run_until_signal(&mut app);
@@ -237,39 +239,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Settings in increasing precedence: defaults, the file, `WEIR_*` variables, `--set`.
-fn settings(
-    topology: &str,
-    file: Option<&std::path::Path>,
-    set: &[String],
-) -> Result<Vec<(String, String)>> {
-    let mut pairs: BTreeMap<String, String> = BTreeMap::new();
-    pairs.insert("application_id".into(), format!("weir-{topology}"));
-    pairs.insert("bootstrap_servers".into(), "127.0.0.1:9092".into());
-    pairs.insert("http_bind".into(), "127.0.0.1:9190".into());
+fn settings(topology: &str, file: Option<&std::path::Path>, set: &[String]) -> Result<Settings> {
+    let mut settings = Settings::default();
+    settings.insert(
+        "application_id",
+        format!("weir-{topology}"),
+        Origin::Default,
+    );
+    settings.insert("bootstrap_servers", "127.0.0.1:9092", Origin::Default);
+    settings.insert("http_bind", "127.0.0.1:9190", Origin::Default);
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
         let table: toml::Table = text
             .parse()
             .with_context(|| format!("parsing config file {}", path.display()))?;
+        let mut pairs = BTreeMap::new();
         flatten("", &toml::Value::Table(table), &mut pairs)?;
-    }
-    for (name, value) in std::env::vars() {
-        if let Some(key) = name.strip_prefix("WEIR_") {
-            let key = key.to_ascii_lowercase();
-            if key == "log" || key == "log_format" || key == "cache" {
-                continue; // logging and script settings, not application config
-            }
-            pairs.insert(key, value);
+        for (key, value) in pairs {
+            settings.insert(key, value, Origin::File(path.to_path_buf()));
         }
     }
+    settings.add_environment(std::env::vars());
     for s in set {
         let Some((k, v)) = s.split_once('=') else {
             bail!("--set '{s}': expected key=value");
         };
-        pairs.insert(k.trim().to_string(), v.trim().to_string());
+        settings.insert(k.trim(), v.trim(), Origin::CommandLine);
     }
-    Ok(pairs.into_iter().collect())
+    Ok(settings)
 }
 
 fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) -> Result<()> {

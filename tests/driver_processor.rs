@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
-use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
+use weir::driver::{
+    DriverConfig, DriverError, TestInputTopic, TestOutputTopic, TopologyTestDriver,
+};
 use weir::processor::{
-    OutputKind, Processor, ProcessorContext, ProcessorError, PunctuationType, Record,
+    OutputKind, Processor, ProcessorContext, ProcessorError, PunctuationType, Record, StoreKind,
+    TaskError,
 };
 use weir::serdes::{I64Serde, StringSerde};
 use weir::topology::{Consumed, Materialized, Produced, StreamsBuilder};
@@ -265,4 +268,73 @@ fn forwarding_from_init_is_refused() {
         "{msg}"
     );
     assert!(msg.contains("forwarded a record from init()"), "{msg}");
+}
+
+/// Opens the key-value store "sums" as a window store or with the wrong
+/// value type, as chosen.
+struct WrongAccess {
+    as_window: bool,
+}
+
+impl Processor<String, i64> for WrongAccess {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_>,
+        _r: Record<String, i64>,
+    ) -> Result<(), ProcessorError> {
+        if self.as_window {
+            ctx.window_store::<String, i64>("sums")?;
+        } else {
+            ctx.key_value_store::<String, String>("sums")?;
+        }
+        Ok(())
+    }
+}
+
+fn wrong_access_error(as_window: bool) -> ProcessorError {
+    let builder = StreamsBuilder::new();
+    builder.add_key_value_store::<String, i64>(Materialized::as_("sums"));
+    builder
+        .stream::<String, i64>("amounts", Consumed::new())
+        .process::<(), (), _>(move || WrongAccess { as_window }, &["sums"]);
+    let mut driver =
+        TopologyTestDriver::new(builder.build().unwrap(), DriverConfig::new("wrong")).unwrap();
+    let input = TestInputTopic::new("amounts", StringSerde, I64Serde);
+    match driver.pipe(&input, s("a"), 1, 10) {
+        Err(DriverError::Task(TaskError::Processing { source, .. })) => *source,
+        other => panic!("expected a processing error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_store_opened_as_another_kind_names_both_kinds() {
+    match wrong_access_error(true) {
+        ProcessorError::StoreKind {
+            store,
+            actual,
+            asked,
+        } => {
+            assert_eq!(store, "sums");
+            assert_eq!(actual, StoreKind::KeyValue);
+            assert_eq!(asked, StoreKind::Window);
+        }
+        other => panic!("expected StoreKind, got {other}"),
+    }
+}
+
+#[test]
+fn a_store_opened_with_other_types_names_both_types() {
+    match wrong_access_error(false) {
+        ProcessorError::StoreType {
+            store,
+            actual_value,
+            asked_value,
+            ..
+        } => {
+            assert_eq!(store, "sums");
+            assert_eq!(actual_value, "i64");
+            assert_eq!(asked_value, "String");
+        }
+        other => panic!("expected StoreType, got {other}"),
+    }
 }

@@ -166,7 +166,7 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 fn poison_record_goes_to_the_dead_letter_topic_and_processing_goes_on() {
     let (mut app, output, dlq, _dir) = poison_run("dead_letter:DLQ");
     let counted = wait_until(Duration::from_secs(120), || {
-        let table = weir::tools::latest_per_key(&common::bootstrap(), &output).unwrap();
+        let table = common::latest_per_key(&output);
         table.get(b"alpha".as_slice()).and_then(|v| v.clone()) == Some(50i64.to_be_bytes().to_vec())
             && table.get(b"beta".as_slice()).and_then(|v| v.clone())
                 == Some(50i64.to_be_bytes().to_vec())

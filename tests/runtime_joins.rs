@@ -336,8 +336,7 @@ fn two_instances_enrich_every_order_exactly_once_across_a_sigkill() {
 }
 
 fn latest(topic: &str) -> BTreeMap<String, Option<String>> {
-    weir::tools::latest_per_key(&common::bootstrap(), topic)
-        .expect("reading the output")
+    common::latest_per_key(topic)
         .into_iter()
         .map(|(k, v)| {
             (

@@ -142,7 +142,7 @@ fn hopping_count_of_a_million_records_matches_the_reference() {
     ]));
 
     let started = Instant::now();
-    weir::tools::generate(&common::bootstrap(), &input, sample, 0, n, 0).expect("writing input");
+    common::produce_samples(&input, sample, 0, n);
     let produced_in = started.elapsed();
 
     let dir = tempfile::tempdir().unwrap();
@@ -176,17 +176,15 @@ fn hopping_count_of_a_million_records_matches_the_reference() {
 
     let keys = WindowedSerde::time(StringSerde, SIZE_MS);
     let reading = Instant::now();
-    let got: BTreeMap<(String, i64), i64> =
-        weir::tools::latest_per_key(&common::bootstrap(), &output)
-            .expect("reading the output")
-            .into_iter()
-            .map(|(k, v)| {
-                let w = keys.deserialize(&output, &k).expect("windowed key");
-                let v = v.expect("counts are never null");
-                let count = i64::from_be_bytes(v.as_slice().try_into().expect("8-byte count"));
-                ((w.key, w.window.start_ms), count)
-            })
-            .collect();
+    let got: BTreeMap<(String, i64), i64> = common::latest_per_key(&output)
+        .into_iter()
+        .map(|(k, v)| {
+            let w = keys.deserialize(&output, &k).expect("windowed key");
+            let v = v.expect("counts are never null");
+            let count = i64::from_be_bytes(v.as_slice().try_into().expect("8-byte count"));
+            ((w.key, w.window.start_ms), count)
+        })
+        .collect();
     let read_in = reading.elapsed();
     let want = reference(n);
     let wrong: Vec<_> = want

@@ -15,8 +15,7 @@ use weir::runtime::KafkaStreams;
 const LINES: u64 = 500;
 
 fn counts(topic: &str) -> BTreeMap<String, i64> {
-    weir::tools::latest_per_key(&common::bootstrap(), topic)
-        .expect("reading the output")
+    common::latest_per_key(topic)
         .into_iter()
         .map(|(k, v)| {
             let v = v.expect("counts are never null");

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use weir::state::{
-    CachingKeyValueStore, ChangelogRecord, InMemoryKeyValueStore, KeyValueStore,
-    RocksDbKeyValueStore, RocksDbMemory, StateConfig, StoreError,
+    ChangelogRecord, InMemoryKeyValueStore, KeyValueStore, RocksDbKeyValueStore, RocksDbMemory,
+    StateConfig, StoreError,
 };
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -221,17 +221,5 @@ proptest! {
     fn rocksdb_store_matches_model(ops in prop::collection::vec(op(), 1..80)) {
         let dir = tempfile::tempdir().unwrap();
         run(&ops, || Box::new(rocks(dir.path())), true)?;
-    }
-
-    #[test]
-    fn cached_in_memory_store_matches_model(ops in prop::collection::vec(op(), 1..80)) {
-        // 300 bytes hold about four entries: eviction happens often.
-        run(&ops, || Box::new(CachingKeyValueStore::new(InMemoryKeyValueStore::new("model"), 300)), false)?;
-    }
-
-    #[test]
-    fn cached_rocksdb_store_matches_model(ops in prop::collection::vec(op(), 1..80)) {
-        let dir = tempfile::tempdir().unwrap();
-        run(&ops, || Box::new(CachingKeyValueStore::new(rocks(dir.path()), 300)), true)?;
     }
 }

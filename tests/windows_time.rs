@@ -258,3 +258,43 @@ fn invalid_window_definitions_are_rejected() {
         })
     ));
 }
+
+#[test]
+fn late_records_keep_the_input_bytes() {
+    use weir::processor::Headers;
+    use weir::serdes::JsonSerde;
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, serde_json::Value>(
+            "in",
+            Consumed::with(StringSerde, JsonSerde::<serde_json::Value>::new()),
+        )
+        .group_by_key(Grouped::with(
+            StringSerde,
+            JsonSerde::<serde_json::Value>::new(),
+        ))
+        .windowed_by(TimeWindows::of_size_with_grace(ms(10), ms(0)).unwrap())
+        .late_records_to("late")
+        .count(Materialized::as_("counts"))
+        .to_stream()
+        .to("out", Produced::new());
+    let mut driver =
+        TopologyTestDriver::new(builder.build().unwrap(), DriverConfig::new("app")).unwrap();
+    let headers = Headers::new();
+    // Field order and spacing that serializing the parsed value would change.
+    let value = br#"{ "zeta": 1,  "alpha": [1, 2] }"#;
+    driver
+        .pipe_raw("in", Some(b"k"), Some(br#"{"at": 20}"#), 20, &headers)
+        .unwrap();
+    driver
+        .pipe_raw("in", Some(b"k"), Some(value), 5, &headers)
+        .unwrap();
+    let late = driver.all_raw("late");
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0].key.as_deref(), Some(&b"k"[..]));
+    assert_eq!(
+        late[0].value.as_deref(),
+        Some(&value[..]),
+        "the late topic gets the input's bytes, not a re-serialized value"
+    );
+}

@@ -40,163 +40,25 @@
 //! assert_eq!(driver.read_key_values(&output).unwrap(), vec![("k".to_string(), "HELLO".to_string())]);
 //! ```
 
+mod config;
+mod log;
+mod stores;
 mod topics;
 
+pub use config::{DriverConfig, DriverError};
 pub use topics::{ProducedRecord, TestInputTopic, TestOutputTopic, TestRecord};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::ErrorHandling;
 use crate::processor::{
-    CollectorError, Headers, InputRecord, OutputRecord, ProcessorError, RecordCollector, StoreSpec,
-    TaskConfig, TaskError, TaskId, TaskInstance, TaskMetrics,
+    Headers, InputRecord, StoreSpec, TaskConfig, TaskId, TaskInstance, TaskMetrics,
 };
-use crate::serdes::SerdeError;
 use crate::state::{KeyValueStore, StoreError};
 use crate::topology::Topology;
 
-/// Settings of a [`TopologyTestDriver`].
-#[derive(Clone, Debug)]
-pub struct DriverConfig {
-    /// Application id (prefix of internal topic names).
-    pub application_id: String,
-    /// Deserialization error handler.
-    pub deserialization_handler: ErrorHandling,
-    /// Processing error handler.
-    pub processing_handler: ErrorHandling,
-    /// The mock wall clock at start (ms).
-    pub initial_wall_clock_ms: i64,
-    /// Partition counts reported to custom partitioners (default 1).
-    pub partition_counts: HashMap<String, i32>,
-    /// Record cache of the aggregations, in bytes (default 0: every update
-    /// goes downstream at once). The driver flushes and commits after every
-    /// input record, so a cache only collapses the updates one input
-    /// record causes (several words of one line, say), as at a runtime
-    /// commit.
-    pub cache_max_bytes: u64,
-}
-
-impl DriverConfig {
-    /// Defaults: `LogAndFail` handlers, wall clock at 0.
-    pub fn new(application_id: impl Into<String>) -> Self {
-        DriverConfig {
-            application_id: application_id.into(),
-            deserialization_handler: ErrorHandling::LogAndFail,
-            processing_handler: ErrorHandling::LogAndFail,
-            initial_wall_clock_ms: 0,
-            partition_counts: HashMap::new(),
-            cache_max_bytes: 0,
-        }
-    }
-
-    /// With a record cache of `bytes` (see [`DriverConfig::cache_max_bytes`]).
-    pub fn with_cache_max_bytes(mut self, bytes: u64) -> Self {
-        self.cache_max_bytes = bytes;
-        self
-    }
-
-    /// With this deserialization handler.
-    pub fn with_deserialization_handler(mut self, handling: ErrorHandling) -> Self {
-        self.deserialization_handler = handling;
-        self
-    }
-
-    /// With this processing handler.
-    pub fn with_processing_handler(mut self, handling: ErrorHandling) -> Self {
-        self.processing_handler = handling;
-        self
-    }
-
-    /// Reports `partitions` partitions for `topic` to custom partitioners.
-    pub fn with_partition_count(mut self, topic: impl Into<String>, partitions: i32) -> Self {
-        self.partition_counts.insert(topic.into(), partitions);
-        self
-    }
-
-    /// With the mock wall clock starting at `ms`.
-    pub fn with_initial_wall_clock_ms(mut self, ms: i64) -> Self {
-        self.initial_wall_clock_ms = ms;
-        self
-    }
-}
-
-/// Errors of the test driver.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// A task stopped with an error (for example `LogAndFail`).
-    #[error(transparent)]
-    Task(#[from] TaskError),
-    /// No task reads the topic piped into.
-    #[error("no sub-topology reads topic '{0}'; pipe into one of the topology's source topics")]
-    UnknownTopic(String),
-    /// Serializing test input or deserializing test output failed.
-    #[error("test driver, topic '{topic}': {source}")]
-    Serde {
-        /// The topic.
-        topic: String,
-        /// The serde error.
-        #[source]
-        source: SerdeError,
-    },
-    /// Reading a store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A store was read with the wrong types.
-    #[error(transparent)]
-    StoreType(ProcessorError),
-}
-
-/// In-memory topics: the driver's [`RecordCollector`].
-#[derive(Default)]
-struct Topics {
-    logs: HashMap<String, TopicLog>,
-    partition_counts: HashMap<String, i32>,
-    /// Topics some task reads: records sent there are fed back.
-    sources: HashMap<String, usize>,
-    feedback: VecDeque<(String, usize)>,
-}
-
-#[derive(Default)]
-struct TopicLog {
-    records: Vec<ProducedRecord>,
-    read: usize,
-}
-
-impl RecordCollector for Topics {
-    fn send(&mut self, r: OutputRecord<'_>) -> Result<(), CollectorError> {
-        let log = self.logs.entry(r.topic.to_owned()).or_default();
-        let offset = log.records.len();
-        log.records.push(ProducedRecord {
-            topic: r.topic.to_owned(),
-            partition: r.partition,
-            offset: offset as i64,
-            key: r.key.map(<[u8]>::to_vec),
-            value: r.value.map(<[u8]>::to_vec),
-            timestamp: r.timestamp,
-            headers: r.headers.clone(),
-            kind: r.kind,
-        });
-        if self.sources.contains_key(r.topic) {
-            self.feedback.push_back((r.topic.to_owned(), offset));
-        }
-        Ok(())
-    }
-
-    fn partition_count(&self, topic: &str) -> Option<i32> {
-        Some(self.partition_counts.get(topic).copied().unwrap_or(1))
-    }
-}
-
-impl Topics {
-    fn last_offset(&self, topic: &str) -> Option<i64> {
-        self.logs
-            .get(topic)
-            .and_then(|l| l.records.len().checked_sub(1))
-            .map(|o| o as i64)
-    }
-}
+use log::Topics;
 
 /// Runs a topology in memory; see the module docs.
 pub struct TopologyTestDriver {
@@ -467,86 +329,6 @@ impl TopologyTestDriver {
             .collect())
     }
 
-    fn task_with_store(&self, store: &str) -> Result<&TaskInstance, DriverError> {
-        self.tasks
-            .iter()
-            .find(|t| t.store_serdes(store).is_some())
-            .ok_or_else(|| DriverError::Store(StoreError::UnknownStore(store.to_owned())))
-    }
-
-    /// The value of `key` in key-value store `store` (committed and open writes).
-    pub fn key_value_store_get<K: 'static, V: 'static>(
-        &self,
-        store: &str,
-        key: &K,
-    ) -> Result<Option<V>, DriverError> {
-        let task = self.task_with_store(store)?;
-        let (ks, vs) = typed::<K, V>(task, store)?;
-        let mut buf = Vec::new();
-        ks.serialize(store, key, &mut buf)
-            .map_err(|source| DriverError::Serde {
-                topic: store.to_owned(),
-                source,
-            })?;
-        let bytes = task
-            .read_store(store, |s| s.get(&buf))
-            .expect("task has the store")?;
-        bytes
-            .map(|b| vs.deserialize(store, &b))
-            .transpose()
-            .map_err(|source| DriverError::Serde {
-                topic: store.to_owned(),
-                source,
-            })
-    }
-
-    /// All entries of key-value store `store`, in key-byte order.
-    pub fn key_value_store_all<K: 'static, V: 'static>(
-        &self,
-        store: &str,
-    ) -> Result<Vec<(K, V)>, DriverError> {
-        let task = self.task_with_store(store)?;
-        let (ks, vs) = typed::<K, V>(task, store)?;
-        let entries = task
-            .read_store(store, |s| {
-                s.all().and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            })
-            .expect("task has the store")?;
-        entries
-            .into_iter()
-            .map(|(k, v)| Ok((ks.deserialize(store, &k)?, vs.deserialize(store, &v)?)))
-            .collect::<Result<Vec<_>, SerdeError>>()
-            .map_err(|source| DriverError::Serde {
-                topic: store.to_owned(),
-                source,
-            })
-    }
-
-    /// The value of `key`'s window starting at `start_ms` in window store
-    /// `store`; `None` if absent or expired.
-    pub fn window_store_fetch<K: 'static, V: 'static>(
-        &self,
-        store: &str,
-        key: &K,
-        start_ms: i64,
-    ) -> Result<Option<V>, DriverError> {
-        let task = self.task_with_store(store)?;
-        let (ks, vs) = typed::<K, V>(task, store)?;
-        let serde_error = |source| DriverError::Serde {
-            topic: store.to_owned(),
-            source,
-        };
-        let mut buf = Vec::new();
-        ks.serialize(store, key, &mut buf).map_err(serde_error)?;
-        let bytes = task
-            .read_window_store(store, |s| s.fetch(&buf, start_ms))
-            .ok_or_else(|| DriverError::Store(StoreError::UnknownStore(store.to_owned())))??;
-        bytes
-            .map(|b| vs.deserialize(store, &b))
-            .transpose()
-            .map_err(serde_error)
-    }
-
     /// The counters of sub-topology `subtopology`'s task.
     pub fn task_metrics(&self, subtopology: u32) -> Option<TaskMetrics> {
         self.tasks
@@ -578,30 +360,6 @@ fn in_memory_provider(
     Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
         spec.name,
     )))
-}
-
-fn typed<'t, K: 'static, V: 'static>(
-    task: &'t TaskInstance,
-    store: &str,
-) -> Result<
-    (
-        &'t dyn crate::serdes::Serde<K>,
-        &'t dyn crate::serdes::Serde<V>,
-    ),
-    DriverError,
-> {
-    let serdes = task
-        .store_serdes(store)
-        .expect("checked by task_with_store");
-    serdes.typed::<K, V>().ok_or_else(|| {
-        DriverError::StoreType(ProcessorError::StoreType {
-            store: store.to_owned(),
-            actual_key: serdes.key_type,
-            actual_value: serdes.value_type,
-            asked_key: crate::serdes::short_type_name::<K>(),
-            asked_value: crate::serdes::short_type_name::<V>(),
-        })
-    })
 }
 
 impl std::fmt::Debug for TopologyTestDriver {

@@ -28,6 +28,9 @@
 //! | `weir_restore_remaining_records` | gauge | `task`, `store` | changelog records still to restore |
 //! | `weir_restore_rate_records_per_second` | gauge | `task`, `store` | records restored per second during the last restore |
 //! | `weir_restoring_tasks` | gauge | – | tasks restoring right now (the instance is not ready while > 0) |
+//! | `weir_standby_tasks` | gauge | – | standby tasks this instance keeps warm |
+//! | `weir_standby_applied_records_total` | counter | – | changelog records applied to standby tasks |
+//! | `weir_standby_takeovers_total` | counter | – | standby copies a stream thread took over as active tasks (restoring only their tail) |
 //! | `weir_consumer_lag_records` | gauge | `topic`, `partition` | log end (last stable offset under exactly-once) − position, from librdkafka statistics |
 //!
 //! # Invariants
@@ -57,8 +60,8 @@ pub use thread::ThreadMeter;
 use std::collections::HashMap;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder, exponential_buckets,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder, exponential_buckets,
 };
 
 /// The registry and metric families of one instance; see the module docs.
@@ -85,6 +88,9 @@ pub struct Metrics {
     pub(crate) restore_remaining: IntGaugeVec,
     pub(crate) restore_rate: prometheus::GaugeVec,
     pub(crate) restoring_tasks: IntGauge,
+    pub(crate) standby_tasks: IntGauge,
+    pub(crate) standby_applied: IntCounter,
+    pub(crate) standby_takeovers: IntCounter,
     pub(crate) consumer_lag: IntGaugeVec,
 }
 
@@ -141,6 +147,25 @@ impl Metrics {
         )
         .expect("valid gauge");
         register(Box::new(restoring_tasks.clone()), false);
+        let standby_tasks = IntGauge::new(
+            "weir_standby_tasks",
+            "Standby tasks this instance keeps warm.",
+        )
+        .expect("valid gauge");
+        register(Box::new(standby_tasks.clone()), false);
+        let plain_counter = |name: &str, help: &str| {
+            let counter = IntCounter::new(name, help).expect("valid counter");
+            register(Box::new(counter.clone()), false);
+            counter
+        };
+        let standby_applied = plain_counter(
+            "weir_standby_applied_records_total",
+            "Changelog records applied to standby tasks.",
+        );
+        let standby_takeovers = plain_counter(
+            "weir_standby_takeovers_total",
+            "Standby copies a stream thread took over as active tasks.",
+        );
         let t = &["thread"];
         let mut metrics = Metrics {
             thread_polls: counter("weir_thread_polls_total", "Consumer polls.", t),
@@ -235,6 +260,9 @@ impl Metrics {
                 &["task", "store"],
             ),
             restoring_tasks,
+            standby_tasks,
+            standby_applied,
+            standby_takeovers,
             consumer_lag: gauge(
                 "weir_consumer_lag_records",
                 "Records between the consumer's position and the end of the partition (last stable offset under exactly-once), from librdkafka statistics.",
@@ -305,7 +333,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 20, "{names:?}");
+        assert_eq!(metrics.families.len(), 23, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

@@ -218,11 +218,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Processor
         self.key_buf.clear();
         self.key_serde
             .serialize(&self.store, &r.key, &mut self.key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.store.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &self.store))?;
         if let Some(e) = self.cache.get_mut(&self.key_buf) {
             e.update(r.timestamp, |current| (self.f)(&r.key, r.value, current));
             e.headers = r.headers;

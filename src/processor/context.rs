@@ -4,7 +4,7 @@
 //! over the task's per-call *frame*: the graph of node instances, the task's
 //! stores, the collector of the current call, the input record's metadata and
 //! the task's clocks. Every task call (process one record, punctuate) builds one
-//! frame on the stack; nothing in it outlives the call.
+//! frame on the stack (`frame.rs`); nothing in it outlives the call.
 //!
 //! # Invariants
 //!
@@ -17,70 +17,17 @@
 //!   so a processor can hold a handle across `forward`.
 //! * Forwarding to several children clones the record for all but the last.
 
-use std::any::Any;
-use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::collector::RecordCollector;
 use super::error::ProcessorError;
-use super::punctuation::{PunctuateFn, PunctuationType, Schedule, ScheduleId, Timing};
+use super::frame::{Frame, PunctuateFn, Schedule, ScheduleOp};
+use super::punctuation::{PunctuationType, ScheduleId, Timing};
 use super::record::{Record, RecordMetadata};
-use super::store::{KeyValueStoreHandle, StoreSlot};
-use super::task::{NodeSlot, TaskId};
+use super::store::StoreSlot;
+use super::task::{InputRecord, TaskId};
+use super::typed::KeyValueStoreHandle;
 use super::windowed::{SessionStoreHandle, WindowStoreHandle};
-
-/// Pending changes to the task's schedules made during a call.
-pub(crate) enum ScheduleOp {
-    Add(Schedule),
-    Cancel(ScheduleId),
-}
-
-/// Everything one task call shares between the nodes it runs.
-pub(crate) struct Frame<'a> {
-    pub(crate) task: TaskId,
-    pub(crate) nodes: &'a [NodeSlot],
-    pub(crate) stores: &'a [StoreSlot],
-    pub(crate) collector: RefCell<&'a mut dyn RecordCollector>,
-    pub(crate) record: Option<RecordMetadata<'a>>,
-    pub(crate) current_timestamp: Cell<i64>,
-    pub(crate) stream_time: Cell<i64>,
-    pub(crate) wall_clock_ms: i64,
-    pub(crate) schedule_ops: RefCell<Vec<ScheduleOp>>,
-    pub(crate) next_schedule_id: &'a Cell<u64>,
-    /// The innermost node whose processing failed, for error reports.
-    pub(crate) failed_node: Cell<Option<usize>>,
-    /// Set while processors run `init`: forwarding is refused then, because
-    /// downstream processors may not be initialized yet.
-    pub(crate) initializing: bool,
-    /// Late records dropped during this call (added to the task's metrics).
-    pub(crate) late_records: Cell<u64>,
-    /// The instance's record cache budget.
-    pub(crate) cache: &'a std::sync::Arc<crate::state::CacheBudget>,
-}
-
-impl<'a> Frame<'a> {
-    /// Runs node `node` on the record in `input` (an `Option<Record<K, V>>`).
-    pub(crate) fn dispatch(
-        &'a self,
-        node: usize,
-        input: &mut dyn Any,
-    ) -> Result<(), ProcessorError> {
-        if self.initializing {
-            return Err(ProcessorError::ForwardDuringInit);
-        }
-        let slot = &self.nodes[node];
-        let mut runtime = slot
-            .runtime
-            .try_borrow_mut()
-            .expect("processor graph is acyclic, so a node is never re-entered");
-        let result = runtime.process(self, node, input);
-        if result.is_err() && self.failed_node.get().is_none() {
-            self.failed_node.set(Some(node));
-        }
-        result
-    }
-}
 
 /// Boxes a punctuator over the erased frame (pins the closure's signature).
 fn erase_punctuator<F>(f: F) -> PunctuateFn
@@ -148,7 +95,17 @@ impl<'a, KOut, VOut> ProcessorContext<'a, KOut, VOut> {
     /// Topic, partition and offset of the input record being processed;
     /// `None` inside a punctuator.
     pub fn record_metadata(&self) -> Option<RecordMetadata<'a>> {
-        self.frame.record
+        self.frame.input.map(|input| RecordMetadata {
+            topic: input.topic,
+            partition: input.partition,
+            offset: input.offset,
+        })
+    }
+
+    /// The input record being processed, with its key and value bytes as
+    /// read; `None` inside a punctuator.
+    pub(crate) fn input(&self) -> Option<&'a InputRecord<'a>> {
+        self.frame.input
     }
 
     /// The timestamp of the record being processed (inside a punctuator: the

@@ -79,9 +79,9 @@ pub enum ProcessorError {
         /// The store.
         store: String,
         /// Its kind.
-        actual: &'static str,
+        actual: crate::state::StoreKind,
         /// The kind asked for.
-        asked: &'static str,
+        asked: crate::state::StoreKind,
     },
     /// A store handle was used while another handle of the same store was
     /// in the middle of an operation (re-entrant use).
@@ -128,6 +128,27 @@ impl ProcessorError {
     /// Wraps an error raised by user code.
     pub fn user(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         ProcessorError::User(error.into())
+    }
+
+    /// A [`ProcessorError::Serialize`] of the `what` written to `target` (a
+    /// topic or store), for `map_err`. Copies `target` only on failure, so
+    /// it costs nothing per record.
+    pub(crate) fn serialize(what: KeyOrValue, target: &str) -> impl FnOnce(SerdeError) -> Self {
+        move |source| ProcessorError::Serialize {
+            what,
+            target: target.to_owned(),
+            source,
+        }
+    }
+
+    /// A [`ProcessorError::StoreRead`] of the `what` read from `store`, for
+    /// `map_err`.
+    pub(crate) fn store_read(what: KeyOrValue, store: &str) -> impl FnOnce(SerdeError) -> Self {
+        move |source| ProcessorError::StoreRead {
+            what,
+            store: store.to_owned(),
+            source,
+        }
     }
 }
 

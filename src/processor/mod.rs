@@ -33,11 +33,13 @@ pub(crate) mod aggregate;
 mod collector;
 mod context;
 mod error;
+mod frame;
 pub(crate) mod node;
 pub mod punctuation;
 mod record;
 mod store;
 pub mod task;
+mod typed;
 mod windowed;
 
 pub use collector::{CollectorError, OutputKind, OutputRecord, RecordCollector};
@@ -45,8 +47,9 @@ pub use context::ProcessorContext;
 pub use error::{KeyOrValue, ProcessorError, TaskError};
 pub use punctuation::{PunctuationType, ScheduleId};
 pub use record::{Change, Header, Headers, Record, RecordMetadata};
-pub use store::{KeyValueStoreHandle, StoreKind, StoreProvider, StoreSpec};
+pub use store::{Retention, StoreKind, StoreProvider, StoreSpec};
 pub use task::{InputRecord, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState};
+pub use typed::KeyValueStoreHandle;
 pub use windowed::{SessionStoreHandle, WindowStoreHandle};
 
 pub(crate) use node::ProcessorNode;

@@ -24,64 +24,12 @@ use crate::topology::StreamPartitioner;
 
 use super::Processor;
 use super::collector::{OutputKind, OutputRecord};
-use super::context::{Frame, ProcessorContext};
+use super::context::ProcessorContext;
 use super::error::{KeyOrValue, ProcessorError};
 use super::record::Record;
 use super::task::InputRecord;
 
-/// Why a source node could not hand a record to its children.
-pub(crate) enum SourceError {
-    Deserialize {
-        what: KeyOrValue,
-        source: crate::serdes::SerdeError,
-    },
-    InvalidTimestamp(i64),
-    Processing(ProcessorError),
-}
-
-/// A node of a task's processor graph with its types erased.
-pub(crate) trait ErasedNode: Send {
-    /// Called once before the first record.
-    fn init<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        let _ = (frame, node);
-        Ok(())
-    }
-
-    /// Processes the `Option<Record<K, V>>` behind `input`.
-    fn process<'a>(
-        &mut self,
-        frame: &'a Frame<'a>,
-        node: usize,
-        input: &mut dyn Any,
-    ) -> Result<(), ProcessorError>;
-
-    /// Source nodes only: decode an input record and forward it.
-    fn process_input<'a>(
-        &mut self,
-        frame: &'a Frame<'a>,
-        node: usize,
-        input: &InputRecord<'_>,
-    ) -> Result<(), SourceError> {
-        let _ = input;
-        Err(SourceError::Processing(ProcessorError::TypeMismatch {
-            node: frame.nodes[node].name.clone(),
-            expected: "a record from the processor graph (this node is not a source)",
-        }))
-    }
-
-    /// Called before the task commits: forwards (and writes to its store)
-    /// what the node held back in the record cache.
-    fn flush<'a>(&mut self, frame: &'a Frame<'a>, node: usize) -> Result<(), ProcessorError> {
-        let _ = (frame, node);
-        Ok(())
-    }
-
-    /// Called when the task aborts: drops what the node held back.
-    fn discard(&mut self) {}
-
-    /// Called once when the task closes.
-    fn close(&mut self) {}
-}
+pub(crate) use super::frame::{ErasedNode, Frame, SourceError};
 
 fn take_record<K: 'static, V: 'static>(
     frame: &Frame<'_>,
@@ -335,19 +283,11 @@ impl<K: 'static, V: 'static> ErasedNode for SinkNode<K, V> {
         let has_key = self
             .key_serde
             .serialize_nullable(&self.topic, &record.key, &mut self.key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.topic.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &self.topic))?;
         let has_value = self
             .value_serde
             .serialize_nullable(&self.topic, &record.value, &mut self.value_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Value,
-                target: self.topic.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Value, &self.topic))?;
         let mut collector = frame.collector.borrow_mut();
         let partition = match &self.partitioner {
             Some(p) => collector

@@ -17,9 +17,6 @@
 //! multiple after now. The callback receives the current time (stream time or
 //! wall-clock), not the due time.
 
-use super::context::Frame;
-use super::error::ProcessorError;
-
 /// The time a punctuator follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PunctuationType {
@@ -32,18 +29,6 @@ pub enum PunctuationType {
 /// Identifies a schedule, to cancel it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ScheduleId(pub(crate) u64);
-
-pub(crate) type PunctuateFn =
-    Box<dyn for<'f> FnMut(&'f Frame<'f>, usize, i64) -> Result<(), ProcessorError> + Send>;
-
-/// One scheduled punctuator of one processor node.
-pub(crate) struct Schedule {
-    pub(crate) id: ScheduleId,
-    pub(crate) node: usize,
-    pub(crate) kind: PunctuationType,
-    pub(crate) timing: Timing,
-    pub(crate) callback: PunctuateFn,
-}
 
 /// The pure timing part of a schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

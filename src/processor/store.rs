@@ -1,23 +1,14 @@
-//! Typed, logged access to a task's state stores.
+//! The stores of a task: how they are opened and owned.
 //!
 //! The task owns each store as a [`StoreSlot`]: the byte-level backend (from
 //! the [`StoreProvider`]; key-value, window or session, see [`StoreKind`]),
 //! the store's serdes, reusable key/value buffers, and the changelog topic
-//! when logging is on. Window and session handles live in `windowed.rs`.
-//!
-//! # The logging layer
-//!
-//! Every `put`/`delete` through a [`KeyValueStoreHandle`] first writes the
-//! backend (into its open, uncommitted writes) and then emits the changelog
-//! record — topic `<application_id>-<store>-changelog`, partition = the task's
-//! partition, the serialized key, the value or a tombstone, the timestamp of the
-//! record being processed — through the call's [`RecordCollector`], so the
-//! runtime sends it in the same transaction as the outputs. Restoration writes
-//! the backend directly and logs nothing.
+//! when logging is on. Processors reach a store through the typed handles
+//! of `typed.rs` (key-value) and `windowed.rs` (window, session), which
+//! also log every write.
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::serdes::{Serde, SharedSerde, short_type_name};
@@ -26,45 +17,10 @@ use crate::state::{
     WindowStore,
 };
 
-use super::collector::{OutputKind, OutputRecord};
-use super::context::Frame;
-use super::error::{KeyOrValue, ProcessorError};
-use super::record::NO_HEADERS;
+use super::error::ProcessorError;
 use super::task::TaskId;
 
-/// The kind of a state store, with the retention of time-based kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StoreKind {
-    /// A key-value store.
-    KeyValue,
-    /// A window store ([`WindowStore`]): windows are kept `retention_ms`
-    /// after their start, in segments of `segment_interval_ms`.
-    Window {
-        /// How long a window is kept after its start (ms).
-        retention_ms: i64,
-        /// Width of one store segment (ms).
-        segment_interval_ms: i64,
-    },
-    /// A session store ([`SessionStore`]): sessions are kept `retention_ms`
-    /// after their end, in segments of `segment_interval_ms`.
-    Session {
-        /// How long a session is kept after its end (ms).
-        retention_ms: i64,
-        /// Width of one store segment (ms).
-        segment_interval_ms: i64,
-    },
-}
-
-impl StoreKind {
-    /// `"key-value"`, `"window"` or `"session"`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            StoreKind::KeyValue => "key-value",
-            StoreKind::Window { .. } => "window",
-            StoreKind::Session { .. } => "session",
-        }
-    }
-}
+pub use crate::state::{Retention, StoreKind};
 
 /// What a [`StoreProvider`] is asked to open.
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +29,9 @@ pub struct StoreSpec<'a> {
     pub name: &'a str,
     /// The store's kind.
     pub kind: StoreKind,
+    /// The retention of a window or session store; `None` for a key-value
+    /// store.
+    pub retention: Option<Retention>,
     /// The changelog topic, when the store is logged.
     pub changelog_topic: Option<&'a str>,
 }
@@ -126,20 +85,15 @@ impl StoreSpec<'_> {
     /// `(retention_ms, segment_interval_ms)` of a window or session store;
     /// an error naming the store for a key-value spec.
     pub fn retention(&self) -> Result<(i64, i64), StoreError> {
-        match self.kind {
-            StoreKind::Window {
-                retention_ms,
-                segment_interval_ms,
-            }
-            | StoreKind::Session {
-                retention_ms,
-                segment_interval_ms,
-            } => Ok((retention_ms, segment_interval_ms)),
-            StoreKind::KeyValue => Err(StoreError::InvalidState {
+        match self.retention {
+            Some(r) => Ok((r.retention_ms, r.segment_interval_ms)),
+            None => Err(StoreError::InvalidState {
                 store: self.name.to_owned(),
-                message: "is a key-value store and has no retention; open it with \
-                          StoreProvider::key_value_store"
-                    .to_owned(),
+                message: format!(
+                    "is a {} store and has no retention; open it with \
+                     StoreProvider::key_value_store",
+                    self.kind
+                ),
             }),
         }
     }
@@ -161,8 +115,8 @@ impl AnyStore {
     ) -> Result<Self, StoreError> {
         Ok(match spec.kind {
             StoreKind::KeyValue => AnyStore::KeyValue(provider.key_value_store(task, spec)?),
-            StoreKind::Window { .. } => AnyStore::Window(provider.window_store(task, spec)?),
-            StoreKind::Session { .. } => AnyStore::Session(provider.session_store(task, spec)?),
+            StoreKind::Window => AnyStore::Window(provider.window_store(task, spec)?),
+            StoreKind::Session => AnyStore::Session(provider.session_store(task, spec)?),
         })
     }
 
@@ -182,11 +136,11 @@ impl AnyStore {
         }
     }
 
-    pub(crate) fn label(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> StoreKind {
         match self {
-            AnyStore::KeyValue(_) => "key-value",
-            AnyStore::Window(_) => "window",
-            AnyStore::Session(_) => "session",
+            AnyStore::KeyValue(_) => StoreKind::KeyValue,
+            AnyStore::Window(_) => StoreKind::Window,
+            AnyStore::Session(_) => StoreKind::Session,
         }
     }
 
@@ -255,10 +209,24 @@ impl StoreSerdes {
         }
     }
 
-    pub(crate) fn typed<K: 'static, V: 'static>(&self) -> Option<(&dyn Serde<K>, &dyn Serde<V>)> {
-        let k = self.key.downcast_ref::<SharedSerde<K>>()?;
-        let v = self.value.downcast_ref::<SharedSerde<V>>()?;
-        Some((k.as_ref(), v.as_ref()))
+    /// The serdes as `K`/`V`; a [`ProcessorError::StoreType`] naming
+    /// `store` when it holds other types.
+    pub(crate) fn typed<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<(&dyn Serde<K>, &dyn Serde<V>), ProcessorError> {
+        let k = self.key.downcast_ref::<SharedSerde<K>>();
+        let v = self.value.downcast_ref::<SharedSerde<V>>();
+        match (k, v) {
+            (Some(k), Some(v)) => Ok((k.as_ref(), v.as_ref())),
+            _ => Err(ProcessorError::StoreType {
+                store: store.to_owned(),
+                actual_key: self.key_type,
+                actual_value: self.value_type,
+                asked_key: short_type_name::<K>(),
+                asked_value: short_type_name::<V>(),
+            }),
+        }
     }
 }
 
@@ -286,225 +254,10 @@ impl StoreCell {
     }
 }
 
-/// A typed handle to one key-value store of the task, obtained from
-/// [`super::ProcessorContext::key_value_store`]. Writes are logged (see the
-/// module docs).
-pub struct KeyValueStoreHandle<'a, K, V> {
-    frame: &'a Frame<'a>,
-    slot: &'a StoreSlot,
-    key_serde: &'a dyn Serde<K>,
-    value_serde: &'a dyn Serde<V>,
-}
-
-impl<K, V> Clone for KeyValueStoreHandle<'_, K, V> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<K, V> Copy for KeyValueStoreHandle<'_, K, V> {}
-
-impl<'a, K: 'static, V: 'static> KeyValueStoreHandle<'a, K, V> {
-    pub(crate) fn new(frame: &'a Frame<'a>, slot: &'a StoreSlot) -> Result<Self, ProcessorError> {
-        slot.expect_kind("key-value")?;
-        let Some((key_serde, value_serde)) = slot.serdes.typed::<K, V>() else {
-            return Err(ProcessorError::StoreType {
-                store: slot.name.clone(),
-                actual_key: slot.serdes.key_type,
-                actual_value: slot.serdes.value_type,
-                asked_key: short_type_name::<K>(),
-                asked_value: short_type_name::<V>(),
-            });
-        };
-        Ok(KeyValueStoreHandle {
-            frame,
-            slot,
-            key_serde,
-            value_serde,
-        })
-    }
-
-    /// The store's name.
-    pub fn name(&self) -> &'a str {
-        &self.slot.name
-    }
-
-    fn cell(&self) -> Result<std::cell::RefMut<'a, StoreCell>, ProcessorError> {
-        self.slot.cell()
-    }
-
-    fn kv(cell: &mut StoreCell) -> &mut dyn KeyValueStore {
-        match &mut cell.store {
-            AnyStore::KeyValue(s) => s.as_mut(),
-            _ => unreachable!("the kind was checked when the handle was made"),
-        }
-    }
-
-    fn encode_key(&self, cell: &mut StoreCell, key: &K) -> Result<(), ProcessorError> {
-        cell.key_buf.clear();
-        self.key_serde
-            .serialize(&self.slot.name, key, &mut cell.key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.slot.name.clone(),
-                source,
-            })
-    }
-
-    fn decode_value(&self, bytes: &[u8]) -> Result<V, ProcessorError> {
-        self.value_serde
-            .deserialize(&self.slot.name, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: KeyOrValue::Value,
-                store: self.slot.name.clone(),
-                source,
-            })
-    }
-
-    /// The value stored for `key`.
-    pub fn get(&self, key: &K) -> Result<Option<V>, ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
-        let cell = &mut *cell;
-        let key = std::mem::take(&mut cell.key_buf);
-        let found = Self::kv(cell).get(&key);
-        cell.key_buf = key;
-        match found? {
-            Some(bytes) => self.decode_value(&bytes).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Sets `key` to `value` and logs the write.
-    pub fn put(&self, key: &K, value: &V) -> Result<(), ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
-        let cell = &mut *cell;
-        cell.value_buf.clear();
-        self.value_serde
-            .serialize(&self.slot.name, value, &mut cell.value_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Value,
-                target: self.slot.name.clone(),
-                source,
-            })?;
-        let (key, value) = (
-            std::mem::take(&mut cell.key_buf),
-            std::mem::take(&mut cell.value_buf),
-        );
-        let result = Self::kv(cell)
-            .put(&key, &value)
-            .map_err(ProcessorError::from)
-            .and_then(|()| self.slot.log(self.frame, &key, Some(&value)));
-        (cell.key_buf, cell.value_buf) = (key, value);
-        result
-    }
-
-    /// Removes `key`, logs a tombstone, and returns the value it had.
-    pub fn delete(&self, key: &K) -> Result<Option<V>, ProcessorError> {
-        let mut cell = self.cell()?;
-        self.encode_key(&mut cell, key)?;
-        let cell = &mut *cell;
-        let key = std::mem::take(&mut cell.key_buf);
-        let old = Self::kv(cell).delete(&key);
-        let logged = old.is_ok().then(|| self.slot.log(self.frame, &key, None));
-        cell.key_buf = key;
-        let old = old?;
-        logged.transpose()?;
-        old.map(|bytes| self.decode_value(&bytes)).transpose()
-    }
-
-    /// All entries in key (byte) order, decoded. Reads the whole store; meant
-    /// for punctuators over small stores and for tests.
-    pub fn all(&self) -> Result<Vec<(K, V)>, ProcessorError> {
-        self.scan(Bound::Unbounded, Bound::Unbounded)
-    }
-
-    /// The entries whose encoded keys lie in `[from, to)`, in key (byte)
-    /// order, decoded. `None` leaves that end open.
-    pub fn range(&self, from: Option<&K>, to: Option<&K>) -> Result<Vec<(K, V)>, ProcessorError> {
-        let encode = |key: Option<&K>| -> Result<Option<Vec<u8>>, ProcessorError> {
-            let Some(key) = key else { return Ok(None) };
-            let mut out = Vec::new();
-            self.key_serde
-                .serialize(&self.slot.name, key, &mut out)
-                .map_err(|source| ProcessorError::Serialize {
-                    what: KeyOrValue::Key,
-                    target: self.slot.name.clone(),
-                    source,
-                })?;
-            Ok(Some(out))
-        };
-        let (from, to) = (encode(from)?, encode(to)?);
-        self.scan(
-            from.as_deref().map_or(Bound::Unbounded, Bound::Included),
-            to.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-        )
-    }
-
-    fn scan(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<Vec<(K, V)>, ProcessorError> {
-        let mut cell = self.cell()?;
-        let mut out = Vec::new();
-        for entry in Self::kv(&mut cell).range(from, to)? {
-            let (k, v) = entry?;
-            let key = self
-                .key_serde
-                .deserialize(&self.slot.name, &k)
-                .map_err(|source| ProcessorError::StoreRead {
-                    what: KeyOrValue::Key,
-                    store: self.slot.name.clone(),
-                    source,
-                })?;
-            out.push((key, self.decode_value(&v)?));
-        }
-        Ok(out)
-    }
-
-    /// An estimate of the number of entries.
-    pub fn approximate_num_entries(&self) -> Result<u64, ProcessorError> {
-        Ok(Self::kv(&mut *self.cell()?).approximate_num_entries()?)
-    }
-}
-
 impl StoreSlot {
     pub(crate) fn cell(&self) -> Result<std::cell::RefMut<'_, StoreCell>, ProcessorError> {
         self.inner
             .try_borrow_mut()
             .map_err(|_| ProcessorError::StoreBusy(self.name.clone()))
-    }
-
-    /// Fails unless the store is of kind `label` ("key-value", "window", "session").
-    pub(crate) fn expect_kind(&self, label: &'static str) -> Result<(), ProcessorError> {
-        let actual = self.cell()?.store.label();
-        if actual == label {
-            Ok(())
-        } else {
-            Err(ProcessorError::StoreKind {
-                store: self.name.clone(),
-                actual,
-                asked: label,
-            })
-        }
-    }
-
-    /// Emits the changelog record of a write (see the module docs).
-    pub(crate) fn log(
-        &self,
-        frame: &Frame<'_>,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), ProcessorError> {
-        let Some(topic) = &self.changelog_topic else {
-            return Ok(());
-        };
-        frame.collector.borrow_mut().send(OutputRecord {
-            topic,
-            partition: Some(frame.task.partition),
-            key: Some(key),
-            value,
-            timestamp: frame.current_timestamp.get(),
-            headers: &NO_HEADERS,
-            kind: OutputKind::Changelog,
-        })?;
-        Ok(())
     }
 }

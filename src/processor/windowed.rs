@@ -1,101 +1,17 @@
 //! Typed, logged handles to a task's window and session stores.
 //!
-//! Same logging layer as key-value handles (see `store.rs`): every write goes
+//! Same typed and logging layer as key-value handles (see `typed.rs`): every write goes
 //! to the backend's open writes, then its changelog record — keyed by the
 //! store's changelog key ([`crate::state::window::changelog_key`],
 //! [`crate::state::session::changelog_key`]) — goes through the call's
 //! collector in the same transaction as the outputs.
 
-use crate::serdes::{Serde, short_type_name};
 use crate::state::{SessionKey, SessionStore, WindowStore};
 
-use super::context::Frame;
-use super::error::{KeyOrValue, ProcessorError};
-use super::store::{AnyStore, StoreCell, StoreSlot};
-
-/// Shared typed plumbing of the two handles.
-struct Typed<'a, K, V> {
-    frame: &'a Frame<'a>,
-    slot: &'a StoreSlot,
-    key_serde: &'a dyn Serde<K>,
-    value_serde: &'a dyn Serde<V>,
-}
-
-impl<K, V> Clone for Typed<'_, K, V> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<K, V> Copy for Typed<'_, K, V> {}
-
-impl<'a, K: 'static, V: 'static> Typed<'a, K, V> {
-    fn new(
-        frame: &'a Frame<'a>,
-        slot: &'a StoreSlot,
-        kind: &'static str,
-    ) -> Result<Self, ProcessorError> {
-        slot.expect_kind(kind)?;
-        let Some((key_serde, value_serde)) = slot.serdes.typed::<K, V>() else {
-            return Err(ProcessorError::StoreType {
-                store: slot.name.clone(),
-                actual_key: slot.serdes.key_type,
-                actual_value: slot.serdes.value_type,
-                asked_key: short_type_name::<K>(),
-                asked_value: short_type_name::<V>(),
-            });
-        };
-        Ok(Typed {
-            frame,
-            slot,
-            key_serde,
-            value_serde,
-        })
-    }
-
-    fn encode_key(&self, key: &K) -> Result<Vec<u8>, ProcessorError> {
-        let mut out = Vec::new();
-        self.key_serde
-            .serialize(&self.slot.name, key, &mut out)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: self.slot.name.clone(),
-                source,
-            })?;
-        Ok(out)
-    }
-
-    fn encode_value(&self, value: &V) -> Result<Vec<u8>, ProcessorError> {
-        let mut out = Vec::new();
-        self.value_serde
-            .serialize(&self.slot.name, value, &mut out)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Value,
-                target: self.slot.name.clone(),
-                source,
-            })?;
-        Ok(out)
-    }
-
-    fn decode_key(&self, bytes: &[u8]) -> Result<K, ProcessorError> {
-        self.key_serde
-            .deserialize(&self.slot.name, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: KeyOrValue::Key,
-                store: self.slot.name.clone(),
-                source,
-            })
-    }
-
-    fn decode_value(&self, bytes: &[u8]) -> Result<V, ProcessorError> {
-        self.value_serde
-            .deserialize(&self.slot.name, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: KeyOrValue::Value,
-                store: self.slot.name.clone(),
-                source,
-            })
-    }
-}
+use super::error::ProcessorError;
+use super::frame::Frame;
+use super::store::{AnyStore, StoreCell, StoreKind, StoreSlot};
+use super::typed::TypedStore;
 
 fn window_store(cell: &mut StoreCell) -> &mut dyn WindowStore {
     match &mut cell.store {
@@ -114,7 +30,7 @@ fn session_store(cell: &mut StoreCell) -> &mut dyn SessionStore {
 /// A typed handle to a window store of the task (from
 /// [`super::ProcessorContext::window_store`]): values per key and window
 /// start. Writes are logged.
-pub struct WindowStoreHandle<'a, K, V>(Typed<'a, K, V>);
+pub struct WindowStoreHandle<'a, K, V>(TypedStore<'a, K, V>);
 
 impl<K, V> Clone for WindowStoreHandle<'_, K, V> {
     fn clone(&self) -> Self {
@@ -125,18 +41,18 @@ impl<K, V> Copy for WindowStoreHandle<'_, K, V> {}
 
 impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
     pub(crate) fn new(frame: &'a Frame<'a>, slot: &'a StoreSlot) -> Result<Self, ProcessorError> {
-        Typed::new(frame, slot, "window").map(WindowStoreHandle)
+        TypedStore::new(frame, slot, StoreKind::Window).map(WindowStoreHandle)
     }
 
     /// The store's name.
     pub fn name(&self) -> &'a str {
-        &self.0.slot.name
+        self.0.name()
     }
 
     /// The value of `key`'s window starting at `start_ms`.
     pub fn fetch(&self, key: &K, start_ms: i64) -> Result<Option<V>, ProcessorError> {
         let k = self.0.encode_key(key)?;
-        let bytes = window_store(&mut *self.0.slot.cell()?).fetch(&k, start_ms)?;
+        let bytes = window_store(&mut *self.0.cell()?).fetch(&k, start_ms)?;
         bytes.map(|b| self.0.decode_value(&b)).transpose()
     }
 
@@ -146,9 +62,9 @@ impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
     pub fn put(&self, key: &K, start_ms: i64, value: Option<&V>) -> Result<(), ProcessorError> {
         let k = self.0.encode_key(key)?;
         let v = value.map(|v| self.0.encode_value(v)).transpose()?;
-        window_store(&mut *self.0.slot.cell()?).put(&k, start_ms, v.as_deref())?;
+        window_store(&mut *self.0.cell()?).put(&k, start_ms, v.as_deref())?;
         let changelog_key = crate::state::window::changelog_key(&k, start_ms);
-        self.0.slot.log(self.0.frame, &changelog_key, v.as_deref())
+        self.0.log(&changelog_key, v.as_deref())
     }
 
     /// `key`'s windows starting in `[from_ms, to_ms]`, as `(start, value)`
@@ -160,7 +76,7 @@ impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
         to_ms: i64,
     ) -> Result<Vec<(i64, V)>, ProcessorError> {
         let k = self.0.encode_key(key)?;
-        let mut cell = self.0.slot.cell()?;
+        let mut cell = self.0.cell()?;
         let mut out = Vec::new();
         for entry in window_store(&mut cell).fetch_range(&k, from_ms, to_ms)? {
             let (_, start, v) = entry?;
@@ -172,7 +88,7 @@ impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
     /// All windows of all keys starting in `[from_ms, to_ms]`, as
     /// `(key, start, value)`, in store order (see [`crate::state::window`]).
     pub fn fetch_all(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(K, i64, V)>, ProcessorError> {
-        let mut cell = self.0.slot.cell()?;
+        let mut cell = self.0.cell()?;
         let mut out = Vec::new();
         for entry in window_store(&mut cell).fetch_all(from_ms, to_ms)? {
             let (k, start, v) = entry?;
@@ -183,14 +99,14 @@ impl<'a, K: 'static, V: 'static> WindowStoreHandle<'a, K, V> {
 
     /// Expires windows older than the retention at stream time `stream_time_ms`.
     pub fn expire(&self, stream_time_ms: i64) -> Result<(), ProcessorError> {
-        Ok(window_store(&mut *self.0.slot.cell()?).expire(stream_time_ms)?)
+        Ok(window_store(&mut *self.0.cell()?).expire(stream_time_ms)?)
     }
 }
 
 /// A typed handle to a session store of the task (from
 /// [`super::ProcessorContext::session_store`]): one aggregate per key and
 /// session `[start, end]`. Writes are logged.
-pub struct SessionStoreHandle<'a, K, V>(Typed<'a, K, V>);
+pub struct SessionStoreHandle<'a, K, V>(TypedStore<'a, K, V>);
 
 impl<K, V> Clone for SessionStoreHandle<'_, K, V> {
     fn clone(&self) -> Self {
@@ -201,12 +117,12 @@ impl<K, V> Copy for SessionStoreHandle<'_, K, V> {}
 
 impl<'a, K: 'static, V: 'static> SessionStoreHandle<'a, K, V> {
     pub(crate) fn new(frame: &'a Frame<'a>, slot: &'a StoreSlot) -> Result<Self, ProcessorError> {
-        Typed::new(frame, slot, "session").map(SessionStoreHandle)
+        TypedStore::new(frame, slot, StoreKind::Session).map(SessionStoreHandle)
     }
 
     /// The store's name.
     pub fn name(&self) -> &'a str {
-        &self.0.slot.name
+        self.0.name()
     }
 
     /// `key`'s sessions that end at or after `earliest_end_ms` and start at
@@ -219,7 +135,7 @@ impl<'a, K: 'static, V: 'static> SessionStoreHandle<'a, K, V> {
         latest_start_ms: i64,
     ) -> Result<Vec<((i64, i64), V)>, ProcessorError> {
         let k = self.0.encode_key(key)?;
-        let mut cell = self.0.slot.cell()?;
+        let mut cell = self.0.cell()?;
         let mut out = Vec::new();
         for entry in session_store(&mut cell).find_sessions(&k, earliest_end_ms, latest_start_ms)? {
             let (s, v) = entry?;
@@ -242,9 +158,9 @@ impl<'a, K: 'static, V: 'static> SessionStoreHandle<'a, K, V> {
             end_ms,
         };
         let v = self.0.encode_value(value)?;
-        session_store(&mut *self.0.slot.cell()?).put(&session, &v)?;
+        session_store(&mut *self.0.cell()?).put(&session, &v)?;
         let changelog_key = crate::state::session::changelog_key(&session);
-        self.0.slot.log(self.0.frame, &changelog_key, Some(&v))
+        self.0.log(&changelog_key, Some(&v))
     }
 
     /// Removes `key`'s session `[start_ms, end_ms]` and logs a tombstone.
@@ -254,13 +170,13 @@ impl<'a, K: 'static, V: 'static> SessionStoreHandle<'a, K, V> {
             start_ms,
             end_ms,
         };
-        session_store(&mut *self.0.slot.cell()?).remove(&session)?;
+        session_store(&mut *self.0.cell()?).remove(&session)?;
         let changelog_key = crate::state::session::changelog_key(&session);
-        self.0.slot.log(self.0.frame, &changelog_key, None)
+        self.0.log(&changelog_key, None)
     }
 
     /// Expires sessions older than the retention at stream time `stream_time_ms`.
     pub fn expire(&self, stream_time_ms: i64) -> Result<(), ProcessorError> {
-        Ok(session_store(&mut *self.0.slot.cell()?).expire(stream_time_ms)?)
+        Ok(session_store(&mut *self.0.cell()?).expire(stream_time_ms)?)
     }
 }

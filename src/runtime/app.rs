@@ -10,6 +10,7 @@ use super::purge::Purger;
 use super::standby::{self, StandbyRegistry};
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
+use super::topics::TopicLayout;
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
 use crate::config::StreamsConfig;
 use crate::http::{Endpoints, HttpServer};
@@ -103,6 +104,40 @@ impl KafkaStreams {
                 state: self.state.get(),
             });
         }
+        let (layout, purger) = self.prepare_topics()?;
+        self.start_http()?;
+        let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
+        // Global tables are loaded in full before any stream thread starts.
+        let globals = super::global::start(&self.config, &self.topology, self.shutdown.clone())?;
+        let mut task_config = self.task_config.clone();
+        task_config.globals = globals.stores;
+        self.threads.extend(globals.thread);
+        let process_id = state_dir.process_id().to_string();
+        self.state_dir = Some(state_dir.clone());
+        let env = Arc::new(ThreadEnv {
+            config: self.config.clone(),
+            topology: self.topology.clone(),
+            layout,
+            task_config,
+            stores: state_dir,
+            state: self.state.clone(),
+            shutdown: self.shutdown.clone(),
+            rebalancing: Arc::new(AtomicUsize::new(0)),
+            metrics: self.metrics.clone(),
+            buffer_stats: self.buffer_stats.clone(),
+            purger,
+            standbys: Arc::new(StandbyRegistry::default()),
+        });
+        if self.config.num_standby_replicas > 0 {
+            self.spawn_standby_thread(&env, &process_id)?;
+        }
+        self.state.transition(AppState::Rebalancing);
+        self.spawn_stream_threads(&env, &process_id)
+    }
+
+    /// Checks the source topics, plans and creates the internal topics, and
+    /// starts the purger of repartition topics.
+    fn prepare_topics(&self) -> Result<(TopicLayout, Purger), StreamsError> {
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
         let existing = topics::partition_counts(&metadata, Duration::from_secs(10))?;
@@ -119,64 +154,63 @@ impl KafkaStreams {
             &admin, &metadata, &layout, &existing,
         ))?;
         let purger = Purger::start(admin)?;
+        Ok((layout, purger))
+    }
 
-        if let Some(bind) = config.http_bind {
-            let description = self.topology.describe();
-            let endpoints = Endpoints {
-                metrics: self.metrics.clone(),
-                state: self.state.clone(),
-                topology_text: description.to_string(),
-                topology_mermaid: description.to_mermaid(),
-            };
-            let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {
-                context: "starting the HTTP server (http_bind)",
+    /// Starts the HTTP server when `http_bind` is set.
+    fn start_http(&mut self) -> Result<(), StreamsError> {
+        let Some(bind) = self.config.http_bind else {
+            return Ok(());
+        };
+        let description = self.topology.describe();
+        let endpoints = Endpoints {
+            metrics: self.metrics.clone(),
+            state: self.state.clone(),
+            topology_text: description.to_string(),
+            topology_mermaid: description.to_mermaid(),
+        };
+        let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {
+            context: "starting the HTTP server (http_bind)",
+            source,
+        })?;
+        self.http = Some(server);
+        Ok(())
+    }
+
+    fn spawn_standby_thread(
+        &mut self,
+        env: &Arc<ThreadEnv>,
+        process_id: &str,
+    ) -> Result<(), StreamsError> {
+        let (env, process_id) = (env.clone(), process_id.to_string());
+        let handle = std::thread::Builder::new()
+            .name("weir-standby".into())
+            .spawn(move || {
+                let registry = env.standbys.clone();
+                if let Err(e) = standby::run(env, registry, process_id) {
+                    tracing::warn!(error = %e, "the standby thread stopped; tasks that move here restore in full");
+                }
+            })
+            .map_err(|source| StreamsError::Io {
+                context: "spawning the standby thread",
                 source,
             })?;
-            self.http = Some(server);
-        }
-        let state_dir = Arc::new(InstanceState::open(config, self.metrics.clone())?);
-        // Global tables are loaded in full before any stream thread starts.
-        let globals = super::global::start(config, &self.topology, self.shutdown.clone())?;
-        let mut task_config = self.task_config.clone();
-        task_config.globals = globals.stores;
-        self.threads.extend(globals.thread);
-        let process_id = state_dir.process_id().to_string();
-        self.state_dir = Some(state_dir.clone());
-        let env = Arc::new(ThreadEnv {
-            config: config.clone(),
-            topology: self.topology.clone(),
-            layout,
-            task_config,
-            stores: state_dir,
-            state: self.state.clone(),
-            shutdown: self.shutdown.clone(),
-            rebalancing: Arc::new(AtomicUsize::new(0)),
-            metrics: self.metrics.clone(),
-            buffer_stats: self.buffer_stats.clone(),
-            purger,
-            standbys: Arc::new(StandbyRegistry::default()),
-        });
-        if config.num_standby_replicas > 0 {
-            let (env, process_id) = (env.clone(), process_id.clone());
-            let handle = std::thread::Builder::new()
-                .name("weir-standby".into())
-                .spawn(move || {
-                    let registry = env.standbys.clone();
-                    if let Err(e) = standby::run(env, registry, process_id) {
-                        tracing::warn!(error = %e, "the standby thread stopped; tasks that move here restore in full");
-                    }
-                })
-                .map_err(|source| StreamsError::Io {
-                    context: "spawning the standby thread",
-                    source,
-                })?;
-            self.threads.push(handle);
-        }
-        self.state.transition(AppState::Rebalancing);
-        let alive = Arc::new(AtomicUsize::new(config.num_stream_threads));
-        for index in 0..config.num_stream_threads {
+        self.threads.push(handle);
+        Ok(())
+    }
+
+    /// Starts `num_stream_threads` stream threads; the first fatal error of
+    /// any moves the application to `PendingError`, then `Error` once all
+    /// have stopped.
+    fn spawn_stream_threads(
+        &mut self,
+        env: &Arc<ThreadEnv>,
+        process_id: &str,
+    ) -> Result<(), StreamsError> {
+        let alive = Arc::new(AtomicUsize::new(self.config.num_stream_threads));
+        for index in 0..self.config.num_stream_threads {
             let env = env.clone();
-            let process_id = process_id.clone();
+            let process_id = process_id.to_string();
             let error = self.error.clone();
             let alive = alive.clone();
             let handle = std::thread::Builder::new()

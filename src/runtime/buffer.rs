@@ -24,8 +24,16 @@
 //! * Buffers belong to one consumer generation: a rebalance or a rewind
 //!   clears them (the consumer fetches those records again from the
 //!   committed offsets) and lifts every pause.
+//!
+//! # Cost per record
+//!
+//! `push` finds a partition's queue through an index built by `reset`
+//! (topic, then partition: no string comparisons, no allocation); each task
+//! counts its non-empty queues, so whether a task is ready is a comparison,
+//! not a scan; the caller lists ready tasks into a vector it reuses
+//! ([`TaskBuffers::tasks_with_records_into`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -85,6 +93,8 @@ struct PartitionQueue<M> {
 
 struct TaskQueues<M> {
     partitions: Vec<PartitionQueue<M>>,
+    /// Queues of `partitions` that hold records.
+    non_empty: usize,
     /// When the task started waiting for an empty partition.
     waiting_since: Option<Instant>,
     /// Waited out `max_task_idle`: process without waiting until every
@@ -97,6 +107,8 @@ pub(crate) struct TaskBuffers<M> {
     capacity: usize,
     max_idle: Duration,
     tasks: BTreeMap<TaskId, TaskQueues<M>>,
+    /// topic → partition → (task, index in its `partitions`), built by `reset`.
+    index: HashMap<String, HashMap<i32, (TaskId, usize)>>,
     buffered: usize,
 }
 
@@ -108,6 +120,7 @@ impl<M: Buffered> TaskBuffers<M> {
             capacity: capacity.max(1),
             max_idle,
             tasks: BTreeMap::new(),
+            index: HashMap::new(),
             buffered: 0,
         }
     }
@@ -121,10 +134,12 @@ impl<M: Buffered> TaskBuffers<M> {
     ) -> Vec<(String, i32)> {
         let paused = self.paused_partitions();
         self.tasks.clear();
+        self.index.clear();
         self.buffered = 0;
         for (task, topic, partition) in assignment {
             let queues = self.tasks.entry(task).or_insert_with(|| TaskQueues {
                 partitions: Vec::new(),
+                non_empty: 0,
                 waiting_since: None,
                 enforced: false,
             });
@@ -135,10 +150,16 @@ impl<M: Buffered> TaskBuffers<M> {
                 paused: false,
             });
         }
-        for queues in self.tasks.values_mut() {
+        for (id, queues) in &mut self.tasks {
             queues
                 .partitions
                 .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            for (i, q) in queues.partitions.iter().enumerate() {
+                self.index
+                    .entry(q.topic.clone())
+                    .or_default()
+                    .insert(q.partition, (*id, i));
+            }
         }
         paused
     }
@@ -155,13 +176,19 @@ impl<M: Buffered> TaskBuffers<M> {
     /// Appends a record of `topic`/`partition` for `task`. Returns `false`
     /// (and drops the record) when that partition is not assigned.
     pub(crate) fn push(&mut self, task: TaskId, topic: &str, partition: i32, record: M) -> bool {
-        let Some(queue) = self.tasks.get_mut(&task).and_then(|t| {
-            t.partitions
-                .iter_mut()
-                .find(|q| q.partition == partition && q.topic == topic)
-        }) else {
+        let Some(&(owner, i)) = self.index.get(topic).and_then(|p| p.get(&partition)) else {
             return false;
         };
+        if owner != task {
+            return false;
+        }
+        let Some(queues) = self.tasks.get_mut(&task) else {
+            return false;
+        };
+        let queue = &mut queues.partitions[i];
+        if queue.records.is_empty() {
+            queues.non_empty += 1;
+        }
         queue.records.push_back(record);
         self.buffered += 1;
         true
@@ -215,12 +242,10 @@ impl<M: Buffered> TaskBuffers<M> {
     fn ready(&mut self, task: TaskId, now: Instant) -> Option<&mut TaskQueues<M>> {
         let max_idle = self.max_idle;
         let queues = self.tasks.get_mut(&task)?;
-        let any = queues.partitions.iter().any(|q| !q.records.is_empty());
-        if !any {
+        if queues.non_empty == 0 {
             return None;
         }
-        let all = queues.partitions.iter().all(|q| !q.records.is_empty());
-        if all {
+        if queues.non_empty == queues.partitions.len() {
             queues.waiting_since = None;
             queues.enforced = false;
         } else if !queues.enforced && !max_idle.is_zero() {
@@ -243,20 +268,33 @@ impl<M: Buffered> TaskBuffers<M> {
             .iter_mut()
             .filter(|q| !q.records.is_empty())
             .min_by_key(|q| q.records.front().map_or(i64::MAX, Buffered::timestamp_ms))?;
-        let record = queue.records.pop_front();
-        if record.is_some() {
-            self.buffered -= 1;
+        let record = queue.records.pop_front()?;
+        if queue.records.is_empty() {
+            queues.non_empty -= 1;
         }
-        record
+        self.buffered -= 1;
+        Some(record)
     }
 
-    /// The tasks that have buffered records.
+    /// Replaces the contents of `out` with the tasks that have buffered
+    /// records, in task order; reuse `out` between loop iterations.
+    pub(crate) fn tasks_with_records_into(&self, out: &mut Vec<TaskId>) {
+        out.clear();
+        out.extend(
+            self.tasks
+                .iter()
+                .filter(|(_, t)| t.non_empty > 0)
+                .map(|(id, _)| *id),
+        );
+    }
+
+    /// The tasks that have buffered records, in a new vector (see
+    /// [`TaskBuffers::tasks_with_records_into`] for the loop).
+    #[cfg(test)]
     pub(crate) fn tasks_with_records(&self) -> Vec<TaskId> {
-        self.tasks
-            .iter()
-            .filter(|(_, t)| t.partitions.iter().any(|q| !q.records.is_empty()))
-            .map(|(id, _)| *id)
-            .collect()
+        let mut out = Vec::new();
+        self.tasks_with_records_into(&mut out);
+        out
     }
 
     /// Whether some task waits for an empty partition (the caller should
@@ -382,5 +420,30 @@ mod tests {
         assert_eq!(paused, [("right".to_string(), 0)]);
         assert_eq!(b.len(), 0);
         assert_eq!(b.tasks_with_records(), Vec::<TaskId>::new());
+    }
+
+    #[test]
+    fn records_reach_only_the_task_that_owns_their_partition() {
+        let mut b = two_topic_buffers(100, Duration::ZERO);
+        assert!(
+            !b.push(task(0), "left", 1, Rec(1, "x")),
+            "left/1 belongs to task 1"
+        );
+        assert!(!b.push(task(0), "left", 7, Rec(1, "x")), "unassigned");
+        assert!(b.push(task(1), "left", 1, Rec(1, "l1")));
+        assert!(b.push(task(0), "right", 0, Rec(2, "r0")));
+        let mut ready = vec![task(9)];
+        b.tasks_with_records_into(&mut ready);
+        assert_eq!(ready, [task(0), task(1)], "replaced, in task order");
+        let now = Instant::now();
+        assert_eq!(b.next(task(1), now).map(|r| r.1), Some("l1"));
+        b.tasks_with_records_into(&mut ready);
+        assert_eq!(ready, [task(0)]);
+        // A new assignment moves left/1 to task 0.
+        b.reset([(task(0), "left".to_string(), 1)]);
+        assert!(!b.push(task(1), "left", 1, Rec(3, "x")));
+        assert!(b.push(task(0), "left", 1, Rec(3, "l1")));
+        assert_eq!(b.next(task(0), now).map(|r| r.1), Some("l1"));
+        assert_eq!(b.len(), 0);
     }
 }

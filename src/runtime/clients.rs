@@ -9,11 +9,10 @@ use std::sync::Arc;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 
 use super::StreamsError;
 use super::collector::{ProducerEvents, ProducerEventsContext, ThreadProducer};
-use super::thread::RebalanceContext;
 use crate::config::StreamsConfig;
 
 fn base(
@@ -29,12 +28,12 @@ fn base(
 }
 
 /// The group consumer of stream thread `index`.
-pub(crate) fn consumer(
+pub(crate) fn consumer<C: ConsumerContext>(
     config: &StreamsConfig,
     index: usize,
     process_id: &str,
-    context: RebalanceContext,
-) -> Result<BaseConsumer<RebalanceContext>, StreamsError> {
+    context: C,
+) -> Result<BaseConsumer<C>, StreamsError> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.bootstrap_servers)
         .set("group.id", &config.application_id)
@@ -42,7 +41,9 @@ pub(crate) fn consumer(
             "client.id",
             format!("{}-{process_id}-{index}-consumer", config.application_id),
         )
-        // Co-partitioned topics land together (see the BRIEF's assignment notes).
+        // `range` gives partition p of every subscribed topic with equal
+        // partition counts to one member: co-partitioned topics land together
+        // (librdkafka takes no custom assignor, so Kafka Streams' cannot be used).
         .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -69,6 +70,10 @@ pub(crate) fn consumer(
                 "read_uncommitted"
             },
         );
+    if let Some(instance) = &config.instance_id {
+        // Static membership: one stable member per stream thread.
+        c.set("group.instance.id", format!("{instance}-{index}"));
+    }
     for (k, v) in config
         .client_overrides
         .iter()
@@ -84,14 +89,21 @@ pub(crate) fn consumer(
     })
 }
 
-/// The consumer that restores stores from changelogs (no group).
-pub(crate) fn restore_consumer(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
+/// The consumer that restores stores from changelogs (no group); it reads
+/// to the end of partitions, so use [`RestoreConsumer`], whose context does
+/// not log the end of a partition as an error (the stream thread still
+/// names plain `BaseConsumer` here).
+///
+/// [`RestoreConsumer`]: super::end_of_partition::RestoreConsumer
+pub(crate) fn restore_consumer<C: ConsumerContext + Default + 'static>(
+    config: &StreamsConfig,
+) -> Result<BaseConsumer<C>, StreamsError> {
     let mut c = base(config, &config.consumer_overrides);
     c.set("group.id", format!("{}-restore", config.application_id))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    c.create()
+    c.create_with_context(C::default())
         .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
 }
 

@@ -35,6 +35,26 @@ impl ProducerEvents {
         map.get(topic).and_then(|p| p.get(&partition)).copied()
     }
 
+    /// Records that the changelog record at `offset` of `topic`/`partition`
+    /// was delivered.
+    pub(crate) fn changelog_delivered(&self, topic: &str, partition: i32, offset: i64) {
+        let mut map = self.changelog_offsets.lock().expect("producer events lock");
+        let partitions = match map.get_mut(topic) {
+            Some(p) => p,
+            None => map.entry(topic.to_string()).or_default(),
+        };
+        let entry = partitions.entry(partition).or_insert(-1);
+        *entry = (*entry).max(offset);
+    }
+
+    /// Records a failed delivery; the first one fails the next commit.
+    pub(crate) fn delivery_failed(&self, error: KafkaError) {
+        let mut slot = self.error.lock().expect("producer events lock");
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+    }
+
     /// Takes the first delivery error seen, if any.
     pub(crate) fn take_error(&self) -> Option<KafkaError> {
         self.error.lock().expect("producer events lock").take()
@@ -44,7 +64,15 @@ impl ProducerEvents {
 const OPAQUE_OUTPUT: usize = 0;
 const OPAQUE_CHANGELOG: usize = 1;
 
-impl ClientContext for ProducerEventsContext {}
+impl ClientContext for ProducerEventsContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        super::client_log::client_log(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::client_log::client_error(&error, reason);
+    }
+}
 
 /// The producer's context: routes delivery reports into [`ProducerEvents`].
 pub(crate) struct ProducerEventsContext {
@@ -59,18 +87,11 @@ impl ProducerContext for ProducerEventsContext {
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         match result {
             Ok(message) if opaque == OPAQUE_CHANGELOG => {
-                let mut map = self
-                    .events
-                    .changelog_offsets
-                    .lock()
-                    .expect("producer events lock");
-                let topic = message.topic();
-                let partitions = match map.get_mut(topic) {
-                    Some(p) => p,
-                    None => map.entry(topic.to_string()).or_default(),
-                };
-                let entry = partitions.entry(message.partition()).or_insert(-1);
-                *entry = (*entry).max(message.offset());
+                self.events.changelog_delivered(
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                );
             }
             Ok(_) => {}
             Err((
@@ -83,10 +104,7 @@ impl ProducerContext for ProducerEventsContext {
             }
             Err((error, message)) => {
                 tracing::error!(topic = message.topic(), %error, "record delivery failed");
-                let mut slot = self.events.error.lock().expect("producer events lock");
-                if slot.is_none() {
-                    *slot = Some(error.clone());
-                }
+                self.events.delivery_failed(error.clone());
             }
         }
     }

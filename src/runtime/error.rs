@@ -1,4 +1,19 @@
 //! Errors of the runtime, classified by what the application must do.
+//!
+//! Every error a stream thread meets has a [`Recovery`] class, the one
+//! decision the thread acts on ([`StreamsError::recovery`]). The classes come
+//! from librdkafka's three transaction error classes (retriable, requires
+//! abort, fatal) and from Kafka Streams' two task cases (task migrated: the
+//! thread no longer owns its tasks; task corrupted: a task's local state
+//! cannot be trusted):
+//!
+//! | class | examples | what the stream thread does |
+//! |---|---|---|
+//! | [`Recovery::Retry`] | broker unreachable (`BrokerTransportFailure`, `AllBrokersDown`), a request or `commit_transaction` timed out, coordinator moving | the same call again after a backoff; nothing is aborted |
+//! | [`Recovery::AbortAndRewind`] | a record not delivered, a transaction that requires abort, a store write that may succeed when retried | abort the transaction, drop the tasks' uncommitted store writes, rewind the consumer to the committed offsets, reopen the tasks |
+//! | [`Recovery::TaskMigrated`] | producer fenced (the coordinator aborted a transaction that outlived `transaction.timeout.ms`), member or generation unknown | as abort-and-rewind, and a new producer replaces the fenced one |
+//! | [`Recovery::TaskCorrupted`] | a store ahead of its changelog, corrupt store files | the task's local state is wiped and restored from the changelog |
+//! | [`Recovery::Fatal`] | bad configuration, missing topics, authorization failures, a processing error with the handler set to fail | the thread stops; the application goes to `Error` |
 
 use crate::config::ConfigError;
 use crate::processor::TaskError;
@@ -92,11 +107,275 @@ pub enum StreamsError {
     },
 }
 
+/// What the runtime does about an error; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Transient: try the same call again after a backoff.
+    Retry,
+    /// The open transaction cannot commit: abort it and rewind the tasks to
+    /// the last commit.
+    AbortAndRewind,
+    /// The thread no longer owns its tasks or its producer was fenced:
+    /// abort, rewind and replace the producer.
+    TaskMigrated,
+    /// A task's local state cannot be trusted: wipe it and restore it from
+    /// the changelog.
+    TaskCorrupted,
+    /// Nothing to recover: the thread stops with the error.
+    Fatal,
+}
+
 impl StreamsError {
+    /// The recovery class of this error: the first Kafka or store error in
+    /// its source chain decides; errors of configuration, topology and
+    /// processing handlers are fatal.
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            StreamsError::Fenced { .. } => Recovery::TaskMigrated,
+            StreamsError::Timeout { .. } => Recovery::Retry,
+            StreamsError::Kafka { source, .. } => classify_kafka(source, Recovery::AbortAndRewind),
+            StreamsError::Store(e) => classify_store(e),
+            StreamsError::Task(e) => chain_recovery(e).unwrap_or(Recovery::Fatal),
+            StreamsError::Config(_)
+            | StreamsError::MissingSourceTopic { .. }
+            | StreamsError::NotCopartitioned { .. }
+            | StreamsError::InternalTopicMismatch { .. }
+            | StreamsError::Io { .. }
+            | StreamsError::IllegalState { .. } => Recovery::Fatal,
+        }
+    }
+
     pub(crate) fn kafka(context: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
         StreamsError::Kafka {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// The class of the first Kafka or store error in `error`'s source chain.
+fn chain_recovery(error: &(dyn std::error::Error + 'static)) -> Option<Recovery> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(kafka) = e.downcast_ref::<rdkafka::error::KafkaError>() {
+            return Some(classify_kafka(kafka, Recovery::AbortAndRewind));
+        }
+        if let Some(store) = e.downcast_ref::<StoreError>() {
+            return Some(classify_store(store));
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// A store error: one that may succeed when retried is redone from the last
+/// commit; corrupt files are wiped and restored; anything else is fatal.
+fn classify_store(error: &StoreError) -> Recovery {
+    let corrupt = match error {
+        StoreError::Corrupt { .. } => true,
+        StoreError::RocksDb { source, .. } => source.kind() == rocksdb::ErrorKind::Corruption,
+        _ => false,
+    };
+    if error.is_retriable() {
+        Recovery::AbortAndRewind
+    } else if error.is_fatal() && corrupt {
+        Recovery::TaskCorrupted
+    } else {
+        Recovery::Fatal
+    }
+}
+
+/// The class of a librdkafka error. Transaction errors carry librdkafka's
+/// own classification; other errors are classified by code, and codes
+/// without a class get `otherwise` (what the call site can afford:
+/// [`Recovery::Retry`] for a consumer poll, abort-and-rewind elsewhere).
+pub(crate) fn classify_kafka(error: &rdkafka::error::KafkaError, otherwise: Recovery) -> Recovery {
+    use rdkafka::error::KafkaError;
+    if let KafkaError::Transaction(rd) = error {
+        return match rd.code() {
+            code if is_migrated(code) => Recovery::TaskMigrated,
+            _ if rd.is_fatal() => Recovery::Fatal,
+            _ if rd.txn_requires_abort() => Recovery::AbortAndRewind,
+            _ if rd.is_retriable() => Recovery::Retry,
+            code => classify_code(code).unwrap_or(Recovery::AbortAndRewind),
+        };
+    }
+    if let KafkaError::MessageConsumptionFatal(_) = error {
+        return Recovery::Fatal;
+    }
+    error
+        .rdkafka_error_code()
+        .and_then(classify_code)
+        .unwrap_or(otherwise)
+}
+
+fn is_migrated(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::Fenced
+            | C::ProducerFenced
+            | C::InvalidProducerEpoch
+            | C::UnknownMemberId
+            | C::IllegalGeneration
+            | C::RebalanceInProgress
+            | C::FencedInstanceId
+            | C::FencedMemberEpoch
+    )
+}
+
+fn classify_code(code: rdkafka::types::RDKafkaErrorCode) -> Option<Recovery> {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    if is_migrated(code) {
+        return Some(Recovery::TaskMigrated);
+    }
+    Some(match code {
+        C::BrokerTransportFailure
+        | C::AllBrokersDown
+        | C::Resolve
+        | C::OperationTimedOut
+        | C::TimedOutQueue
+        | C::RequestTimedOut
+        | C::NetworkException
+        | C::WaitingForCoordinator
+        | C::CoordinatorLoadInProgress
+        | C::CoordinatorNotAvailable
+        | C::NotCoordinator
+        | C::LeaderNotAvailable
+        | C::NotLeaderForPartition
+        | C::NotEnoughReplicas
+        | C::NotEnoughReplicasAfterAppend
+        | C::ConcurrentTransactions
+        | C::QueueFull
+        | C::Retry => Recovery::Retry,
+        C::MessageTimedOut
+        | C::OutOfOrderSequenceNumber
+        | C::UnknownProducerId
+        | C::InvalidProducerIdMapping
+        | C::State
+        | C::PurgeQueue
+        | C::PurgeInflight => Recovery::AbortAndRewind,
+        C::Fatal
+        | C::Authentication
+        | C::SaslAuthenticationFailed
+        | C::TopicAuthorizationFailed
+        | C::GroupAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::TransactionalIdAuthorizationFailed
+        | C::MessageSizeTooLarge
+        | C::InvalidConfig
+        | C::UnsupportedVersion
+        | C::UnsupportedFeature
+        | C::TransactionCoordinatorFenced => Recovery::Fatal,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+
+    use super::*;
+
+    fn kafka(source: KafkaError) -> StreamsError {
+        StreamsError::kafka("testing", source)
+    }
+
+    #[test]
+    fn a_broker_restart_seen_by_poll_is_retried() {
+        let e = KafkaError::MessageConsumption(C::BrokerTransportFailure);
+        assert_eq!(classify_kafka(&e, Recovery::Retry), Recovery::Retry);
+        assert_eq!(kafka(e).recovery(), Recovery::Retry);
+        let e = KafkaError::MessageConsumption(C::AllBrokersDown);
+        assert_eq!(kafka(e).recovery(), Recovery::Retry);
+    }
+
+    #[test]
+    fn an_unknown_poll_error_is_retried_but_elsewhere_aborts() {
+        let e = KafkaError::MessageConsumption(C::OffsetOutOfRange);
+        assert_eq!(classify_kafka(&e, Recovery::Retry), Recovery::Retry);
+        assert_eq!(kafka(e).recovery(), Recovery::AbortAndRewind);
+    }
+
+    #[test]
+    fn fencing_and_lost_membership_are_task_migrated() {
+        let fenced = StreamsError::Fenced {
+            transactional_id: "app-1-0".into(),
+        };
+        assert_eq!(fenced.recovery(), Recovery::TaskMigrated);
+        let e = KafkaError::ConsumerCommit(C::IllegalGeneration);
+        assert_eq!(kafka(e).recovery(), Recovery::TaskMigrated);
+        let e = KafkaError::ConsumerCommit(C::UnknownMemberId);
+        assert_eq!(kafka(e).recovery(), Recovery::TaskMigrated);
+    }
+
+    #[test]
+    fn undelivered_records_abort_and_authorization_is_fatal() {
+        let e = KafkaError::MessageProduction(C::MessageTimedOut);
+        assert_eq!(kafka(e).recovery(), Recovery::AbortAndRewind);
+        let e = KafkaError::MessageProduction(C::TopicAuthorizationFailed);
+        assert_eq!(kafka(e).recovery(), Recovery::Fatal);
+        let e = KafkaError::MessageConsumptionFatal(C::Fatal);
+        assert_eq!(kafka(e).recovery(), Recovery::Fatal);
+    }
+
+    #[test]
+    fn timeouts_are_retried() {
+        let e = StreamsError::Timeout {
+            context: "restoring".into(),
+            after: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(e.recovery(), Recovery::Retry);
+        let e = KafkaError::Flush(C::OperationTimedOut);
+        assert_eq!(kafka(e).recovery(), Recovery::Retry);
+    }
+
+    #[test]
+    fn store_errors_use_their_own_classes() {
+        let corrupt = StoreError::Corrupt {
+            store: "counts".into(),
+            message: "ahead of its changelog".into(),
+        };
+        assert_eq!(
+            StreamsError::Store(corrupt).recovery(),
+            Recovery::TaskCorrupted
+        );
+        let locked = StoreError::Locked {
+            path: "/tmp/x".into(),
+        };
+        assert_eq!(StreamsError::Store(locked).recovery(), Recovery::Fatal);
+        let interrupted = StoreError::Io {
+            path: "/tmp/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::Interrupted),
+        };
+        assert_eq!(
+            StreamsError::Store(interrupted).recovery(),
+            Recovery::AbortAndRewind
+        );
+    }
+
+    #[test]
+    fn a_send_error_inside_a_task_error_is_classified_by_its_kafka_error() {
+        use crate::processor::{CollectorError, ProcessorError, TaskError, TaskId};
+        let send = CollectorError {
+            topic: "out".into(),
+            source: Box::new(KafkaError::MessageProduction(C::State)),
+        };
+        let task = TaskError::Processing {
+            task: TaskId {
+                subtopology: 0,
+                partition: 1,
+            },
+            topic: "in".into(),
+            partition: 1,
+            offset: 7,
+            node: "sink".into(),
+            source: Box::new(ProcessorError::Collector(send)),
+        };
+        assert_eq!(
+            StreamsError::Task(task).recovery(),
+            Recovery::AbortAndRewind
+        );
     }
 }

@@ -25,11 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::StreamsError;
+use super::end_of_partition::RestoreConsumer;
 use crate::config::StreamsConfig;
 use crate::state::memory::InMemoryKeyValueStore;
 use crate::topology::{GlobalStores, Topology};
@@ -60,11 +61,37 @@ pub(crate) fn start(
             thread: None,
         });
     }
-    let consumer = super::clients::restore_consumer(config)?;
+    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
+    let pending = assign_global_topics(&consumer, &defs)?;
+    let applied = load(&consumer, &stores, pending, defs.len() == 1)?;
+    tracing::info!(
+        tables = defs.len(),
+        records = applied,
+        "global tables loaded"
+    );
+    let keep = stores.clone();
+    let thread = std::thread::Builder::new()
+        .name("weir-global".to_owned())
+        .spawn(move || run(consumer, keep, shutdown))
+        .map_err(|source| StreamsError::Io {
+            context: "spawning the global thread",
+            source,
+        })?;
+    Ok(Globals {
+        stores,
+        thread: Some(thread),
+    })
+}
+
+/// Assigns every partition of the global topics from the beginning and
+/// returns the partitions that hold records, with the offset that ends them.
+fn assign_global_topics(
+    consumer: &RestoreConsumer,
+    defs: &[(String, String)],
+) -> Result<HashMap<(String, i32), i64>, StreamsError> {
     let mut assignment = TopicPartitionList::new();
-    // Partitions that hold records at start, with the offset that ends them.
-    let mut pending: HashMap<(String, i32), i64> = HashMap::new();
-    for (store, topic) in &defs {
+    let mut pending = HashMap::new();
+    for (store, topic) in defs {
         let metadata = consumer
             .fetch_metadata(Some(topic), Duration::from_secs(10))
             .map_err(|e| {
@@ -96,61 +123,52 @@ pub(crate) fn start(
     consumer
         .assign(&assignment)
         .map_err(|e| StreamsError::kafka("assigning the global topics", e))?;
+    Ok(pending)
+}
 
+/// Applies records until every `pending` partition reached its end, then
+/// flushes the stores; returns how many records were applied. With one
+/// global topic, end-of-partition events end a partition too (they name no
+/// topic, so with several topics loading relies on the offsets alone).
+fn load(
+    consumer: &RestoreConsumer,
+    stores: &GlobalStores,
+    mut pending: HashMap<(String, i32), i64>,
+    one_topic: bool,
+) -> Result<u64, StreamsError> {
     let started = Instant::now();
     let mut applied = 0u64;
     while !pending.is_empty() {
         if started.elapsed() > LOAD_TIMEOUT {
             let left: Vec<String> = pending.keys().map(|(t, p)| format!("{t}/{p}")).collect();
-            return Err(StreamsError::kafka(
-                format!(
-                    "loading the global tables: partitions {left:?} did not reach their end within {} s; is the broker reachable?",
-                    LOAD_TIMEOUT.as_secs()
+            return Err(StreamsError::Timeout {
+                context: format!(
+                    "loading the global tables: partitions {left:?} did not reach their end; is the broker reachable?"
                 ),
-                KafkaError::PartitionEOF(-1),
-            ));
+                after: started.elapsed(),
+            });
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                apply(&stores, &m)?;
+                apply(stores, &m)?;
                 applied += 1;
                 let key = (m.topic().to_owned(), m.partition());
                 if pending.get(&key).is_some_and(|&end| m.offset() + 1 >= end) {
                     pending.remove(&key);
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(p))) if defs.len() == 1 => {
-                // The end as read_committed sees it (before open
-                // transactions). The event names no topic, so with several
-                // global topics loading relies on the offsets alone.
+            // The end as read_committed sees it (before open transactions).
+            Some(Err(KafkaError::PartitionEOF(p))) if one_topic => {
                 pending.retain(|(_, partition), _| *partition != p);
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => return Err(StreamsError::kafka("loading the global tables", e)),
-            None => {}
         }
     }
     for store in stores.iter() {
         store.flush()?;
     }
-    tracing::info!(
-        tables = defs.len(),
-        records = applied,
-        "global tables loaded"
-    );
-
-    let keep = stores.clone();
-    let thread = std::thread::Builder::new()
-        .name("weir-global".to_owned())
-        .spawn(move || run(consumer, keep, shutdown))
-        .map_err(|source| StreamsError::Io {
-            context: "spawning the global thread",
-            source,
-        })?;
-    Ok(Globals {
-        stores,
-        thread: Some(thread),
-    })
+    Ok(applied)
 }
 
 fn apply(
@@ -165,7 +183,7 @@ fn apply(
 }
 
 /// The global thread's loop: apply new records until shutdown.
-fn run(consumer: BaseConsumer, stores: GlobalStores, shutdown: Arc<AtomicBool>) {
+fn run(consumer: RestoreConsumer, stores: GlobalStores, shutdown: Arc<AtomicBool>) {
     let mut since_flush = 0u64;
     while !shutdown.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {

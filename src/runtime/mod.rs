@@ -5,9 +5,13 @@
 //! * [`KafkaStreams`] (`app.rs`) — the application object and its states
 //!   (`state.rs`);
 //! * `topics.rs` — source topic checks and internal topic creation;
-//! * `thread/` — a stream thread: consumer, producer, tasks (`mod.rs`), the
-//!   poll → process → commit loop (`process.rs`), commit/abort and the task
-//!   lifecycle (`lifecycle.rs`), the rebalance callbacks (`rebalance.rs`);
+//! * `thread/` — a stream thread as roles: the thread's state machine and
+//!   error handling (`mod.rs`), the loop's phases (`phases.rs`), the streams
+//!   producer (`producer.rs`), the task manager (`tasks.rs`), the commit
+//!   protocol (`commit.rs`), opening tasks (`creator.rs`), the rebalance
+//!   callbacks (`rebalance.rs`);
+//! * `env.rs` — what the threads of an instance share;
+//! * `error.rs` — [`StreamsError`] and its [`Recovery`] classes;
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
 //! * `changelog/` — the changelog reader: from a store's committed offset
@@ -19,13 +23,18 @@
 //!   delivery reports;
 //! * `stores.rs` — the state directory and the RocksDB stores of tasks;
 //! * [`stream_time`] — each task's stream time, committed as offset metadata;
-//! * `clients.rs` — librdkafka client settings.
+//! * `clients.rs` — librdkafka client settings;
+//! * `end_of_partition.rs` — the context of consumers that read to the end
+//!   of partitions (the end is logged at debug level, not as an error).
 
 mod app;
 mod buffer;
 pub(crate) mod changelog;
+mod client_log;
 mod clients;
 mod collector;
+pub(crate) mod end_of_partition;
+mod env;
 mod error;
 mod global;
 mod purge;
@@ -39,7 +48,8 @@ pub mod topics;
 
 pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};
-pub use error::StreamsError;
+pub use end_of_partition::EndOfPartitionContext;
+pub use error::{Recovery, StreamsError};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
 pub use state::{AppState, StateListener};

@@ -13,10 +13,9 @@
 
 use std::time::Duration;
 
-use rdkafka::consumer::BaseConsumer;
-
 use super::StreamsError;
 use super::changelog::{ChangelogReader, ChangelogSource, KafkaChangelog, Plan, ReadMode};
+use super::end_of_partition::RestoreConsumer;
 use crate::metrics::RestoreMeter;
 use crate::processor::TaskInstance;
 use crate::state::StoreError;
@@ -37,7 +36,7 @@ pub struct RestoreStats {
 /// [`StreamsError::Timeout`].
 pub(crate) fn restore_task(
     task: &mut TaskInstance,
-    consumer: &BaseConsumer,
+    consumer: &RestoreConsumer,
     timeout: Duration,
     meter: &mut RestoreMeter,
 ) -> Result<RestoreStats, StreamsError> {

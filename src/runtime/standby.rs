@@ -44,14 +44,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 
 use super::StreamsError;
 use super::changelog::{
     ChangelogPartition, ChangelogReader, ChangelogSource, KafkaChangelog, Plan, ReadMode,
     RestoreTarget,
 };
-use super::thread::ThreadEnv;
+use super::end_of_partition::RestoreConsumer;
+use super::env::ThreadEnv;
+use crate::metrics::Metrics;
 use crate::processor::{TaskId, TaskInstance};
 use crate::state::ChangelogRecord;
 
@@ -94,6 +96,16 @@ impl StandbyTask {
 struct Registry {
     active: BTreeSet<TaskId>,
     standby: BTreeMap<TaskId, StandbyTask>,
+    /// Set by the standby thread when it starts (no standbys before that).
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Registry {
+    fn publish_count(&self) {
+        if let Some(m) = &self.metrics {
+            m.standby_tasks.set(self.standby.len() as i64);
+        }
+    }
 }
 
 /// Which tasks this instance runs as active and which as standby. See the
@@ -113,7 +125,12 @@ impl StandbyRegistry {
     pub(crate) fn claim(&self, id: TaskId) -> Option<StandbyTask> {
         let mut registry = self.lock();
         registry.active.insert(id);
-        registry.standby.remove(&id)
+        let standby = registry.standby.remove(&id)?;
+        registry.publish_count();
+        if let Some(m) = &registry.metrics {
+            m.standby_takeovers.inc();
+        }
+        Some(standby)
     }
 
     /// `id` is no longer active here (its task was closed).
@@ -122,7 +139,12 @@ impl StandbyRegistry {
     }
 
     fn close_all(&self) {
-        let standbys = std::mem::take(&mut self.lock().standby);
+        let standbys = {
+            let mut registry = self.lock();
+            let standbys = std::mem::take(&mut registry.standby);
+            registry.publish_count();
+            standbys
+        };
         for (_, standby) in standbys {
             standby.close();
         }
@@ -219,7 +241,8 @@ pub(crate) fn run(
     process_id: String,
 ) -> Result<(), StreamsError> {
     let config = &env.config;
-    let consumer = super::clients::restore_consumer(config)?;
+    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
+    registry.lock().metrics = Some(env.metrics.clone());
     let mut reader = ChangelogReader::new(KafkaChangelog::new(&consumer), ReadMode::Follow);
     let logged: BTreeSet<u32> = env
         .topology
@@ -264,7 +287,8 @@ pub(crate) fn run(
             tracing::debug!(error = %e, "reading the standby changelogs");
         }
         let mut reg = registry.lock();
-        reader.apply(&mut reg.standby)?;
+        let applied = reader.apply(&mut reg.standby)?;
+        env.metrics.standby_applied.inc_by(applied);
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
             last_checkpoint = Instant::now();
             reader.commit(&mut reg.standby)?;
@@ -278,7 +302,7 @@ pub(crate) fn run(
 /// Reads the group and computes the standby tasks of this instance.
 fn desired_standbys(
     env: &ThreadEnv,
-    consumer: &BaseConsumer,
+    consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
 ) -> Result<BTreeSet<TaskId>, StreamsError> {
@@ -339,6 +363,7 @@ fn update_standbys(
         tracing::info!(task = %id, "opened standby task");
         reg.standby.insert(id, StandbyTask { task });
     }
+    reg.publish_count();
     Ok(())
 }
 

@@ -54,7 +54,8 @@ impl InstanceState {
         &self.process_id
     }
 
-    /// Deletes the local state of task `id` (its stores must be closed).
+    /// Deletes the local state of task `id` (its stores must be closed), so
+    /// that it is restored from its changelogs in full when opened again.
     pub(crate) fn wipe_task(&self, id: TaskId) -> Result<(), StoreError> {
         let dir = self
             .dir

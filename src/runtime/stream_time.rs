@@ -29,10 +29,9 @@
 //!   the task starts at `-1` as before.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use rdkafka::TopicPartitionList;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
 
 use super::StreamsError;
 use super::topics::TopicLayout;
@@ -61,11 +60,10 @@ pub fn decode(metadata: &str) -> Option<i64> {
 /// Reads the committed offsets of `assignment` and returns, per task, the
 /// largest stream time their metadata records. Tasks without Weir metadata
 /// are absent.
-pub(crate) fn committed_stream_times<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
+pub(crate) fn committed_stream_times(
+    committed_offsets: impl FnOnce(TopicPartitionList) -> KafkaResult<TopicPartitionList>,
     assignment: &[(String, i32)],
     layout: &TopicLayout,
-    timeout: Duration,
 ) -> Result<HashMap<TaskId, i64>, StreamsError> {
     let mut times = HashMap::new();
     if assignment.is_empty() {
@@ -75,7 +73,7 @@ pub(crate) fn committed_stream_times<C: ConsumerContext>(
     for (topic, partition) in assignment {
         tpl.add_partition(topic, *partition);
     }
-    let committed = consumer.committed_offsets(tpl, timeout).map_err(|e| {
+    let committed = committed_offsets(tpl).map_err(|e| {
         StreamsError::kafka(
             "reading the committed offsets of the new assignment (their metadata holds each task's stream time)",
             e,

@@ -89,7 +89,6 @@ pub fn plan(
     existing: &HashMap<String, i32>,
 ) -> Result<TopicLayout, StreamsError> {
     let repartition_topics = topology.repartition_topics(application_id);
-    let is_internal = |t: &str| repartition_topics.iter().any(|r| r == t);
     let mut layout = TopicLayout {
         repartition_topics: repartition_topics.clone(),
         changelog_topics: topology.changelog_topics(application_id),
@@ -100,12 +99,74 @@ pub fn plan(
             .collect(),
         ..TopicLayout::default()
     };
+    let user_counts = plan_user_topics(&mut layout, topology, application_id, existing)?;
+    let max_user = user_counts.iter().flatten().copied().max().unwrap_or(0);
+    // A repartition topic read together with user topics (a join after a
+    // key change) is co-partitioned with them; any other gets the largest
+    // user topic's count.
+    let repartition_partitions = max_user.max(1);
+    for topic in &repartition_topics {
+        let partitions = layout
+            .subtopology_of_topic
+            .get(topic)
+            .and_then(|&sub| user_counts[sub as usize])
+            .unwrap_or(repartition_partitions);
+        layout.partitions.insert(topic.clone(), partitions);
+    }
+    for (sub, user) in user_counts.iter().enumerate() {
+        let sources = topology.source_topics(sub as u32, application_id);
+        let tasks = match user {
+            Some(n) => {
+                let internal = |t: &String| repartition_topics.contains(t);
+                if sources
+                    .iter()
+                    .any(|t| internal(t) && layout.partitions[t] != *n)
+                {
+                    return Err(StreamsError::NotCopartitioned {
+                        topics: sources.clone(),
+                        counts: sources.iter().map(|t| layout.partitions[t]).collect(),
+                    });
+                }
+                *n
+            }
+            None => repartition_partitions,
+        };
+        layout.tasks_per_subtopology.push(tasks);
+    }
+    for topic in topology.late_topics() {
+        let partitions = existing
+            .get(topic)
+            .copied()
+            .unwrap_or(repartition_partitions);
+        layout.partitions.insert(topic.clone(), partitions);
+        layout.late_topics.push(topic.clone());
+    }
+    for (store, changelog) in &layout.changelog_topics {
+        let sub = topology.subtopology_of_store(store).unwrap_or(0) as usize;
+        let tasks = layout.tasks_per_subtopology.get(sub).copied().unwrap_or(1);
+        layout.partitions.insert(changelog.clone(), tasks);
+    }
+    check_internal_topics(&layout, existing)?;
+    Ok(layout)
+}
 
-    let mut max_user = 0;
-    let mut user_counts: Vec<Option<i32>> = Vec::new();
+/// Records the user source topics of every sub-topology in `layout`, with
+/// their partition counts, and returns each sub-topology's count (`None`
+/// for one that reads only repartition topics). Fails on a missing topic or
+/// on co-partitioned topics with different counts.
+fn plan_user_topics(
+    layout: &mut TopicLayout,
+    topology: &Topology,
+    application_id: &str,
+    existing: &HashMap<String, i32>,
+) -> Result<Vec<Option<i32>>, StreamsError> {
+    let mut user_counts = Vec::new();
     for sub in 0..topology.subtopology_count() {
         let sources = topology.source_topics(sub, application_id);
-        let user: Vec<&String> = sources.iter().filter(|t| !is_internal(t)).collect();
+        let user: Vec<&String> = sources
+            .iter()
+            .filter(|t| !layout.repartition_topics.contains(t))
+            .collect();
         let mut counts = Vec::new();
         for topic in &user {
             match existing.get(topic.as_str()) {
@@ -124,7 +185,6 @@ pub fn plan(
             });
         }
         if let Some(&n) = counts.first() {
-            max_user = max_user.max(n);
             for topic in &user {
                 layout.partitions.insert(topic.to_string(), n);
             }
@@ -134,47 +194,15 @@ pub fn plan(
             layout.subtopology_of_topic.insert(topic, sub);
         }
     }
-    // A repartition topic read together with user topics (a join after a
-    // key change) is co-partitioned with them; any other gets the largest
-    // user topic's count.
-    let repartition_partitions = max_user.max(1);
-    for topic in &repartition_topics {
-        let partitions = layout
-            .subtopology_of_topic
-            .get(topic)
-            .and_then(|&sub| user_counts[sub as usize])
-            .unwrap_or(repartition_partitions);
-        layout.partitions.insert(topic.clone(), partitions);
-    }
-    for (sub, user) in user_counts.iter().enumerate() {
-        let sources = topology.source_topics(sub as u32, application_id);
-        let tasks = match user {
-            Some(n) => {
-                if sources
-                    .iter()
-                    .any(|t| is_internal(t) && layout.partitions[t] != *n)
-                {
-                    return Err(StreamsError::NotCopartitioned {
-                        topics: sources.clone(),
-                        counts: sources.iter().map(|t| layout.partitions[t]).collect(),
-                    });
-                }
-                *n
-            }
-            None => repartition_partitions,
-        };
-        layout.tasks_per_subtopology.push(tasks);
-    }
-    for topic in topology.late_topics() {
-        let partitions = existing.get(topic).copied().unwrap_or(max_user.max(1));
-        layout.partitions.insert(topic.clone(), partitions);
-        layout.late_topics.push(topic.clone());
-    }
-    for (store, changelog) in &layout.changelog_topics {
-        let sub = topology.subtopology_of_store(store).unwrap_or(0) as usize;
-        let tasks = layout.tasks_per_subtopology.get(sub).copied().unwrap_or(1);
-        layout.partitions.insert(changelog.clone(), tasks);
-    }
+    Ok(user_counts)
+}
+
+/// Fails when an internal topic exists with another partition count than
+/// `layout` needs.
+fn check_internal_topics(
+    layout: &TopicLayout,
+    existing: &HashMap<String, i32>,
+) -> Result<(), StreamsError> {
     for topic in layout
         .repartition_topics
         .iter()
@@ -191,7 +219,7 @@ pub fn plan(
             });
         }
     }
-    Ok(layout)
+    Ok(())
 }
 
 /// Creates the internal topics and late-records topics of `layout` that do

@@ -8,13 +8,9 @@
 //! range into memory.
 
 use std::ops::Bound;
-use std::path::Path;
 
 use super::backend::{Backend, Core, kv_writes, prefix_successor};
-use super::{
-    ChangelogRecord, KeyValueStore, KvIter, MemoryBackend, RocksDbBackend, RocksDbMemory,
-    StateStore, StoreBackend, StoreError,
-};
+use super::{ChangelogRecord, KeyValueStore, KvIter, StateStore, StoreError};
 
 /// A key-value store. Use the aliases
 /// [`InMemoryKeyValueStore`](super::InMemoryKeyValueStore) and
@@ -106,19 +102,4 @@ impl<B: Backend> KeyValueStore for KvStore<B> {
     fn approximate_num_entries(&self) -> Result<u64, StoreError> {
         Ok(self.core.backend.approximate_num_entries()? + self.core.open_write_count() as u64)
     }
-}
-
-/// Opens a key-value store on the backend chosen for it: RocksDB in `path`
-/// with the shared `memory` budget, or in memory (then `path` and `memory`
-/// are unused).
-pub fn open_key_value_store(
-    backend: StoreBackend,
-    path: &Path,
-    name: &str,
-    memory: &RocksDbMemory,
-) -> Result<Box<dyn KeyValueStore>, StoreError> {
-    Ok(match backend {
-        StoreBackend::RocksDb => Box::new(KvStore::<RocksDbBackend>::open(path, name, memory)?),
-        StoreBackend::InMemory => Box::new(KvStore::<MemoryBackend>::new(name)),
-    })
 }

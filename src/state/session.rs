@@ -74,34 +74,6 @@ fn check_times(name: &str, retention_ms: i64, segment_interval_ms: i64) -> Resul
     Ok(())
 }
 
-/// Opens a session store on the backend chosen for it, as
-/// [`open_key_value_store`](super::open_key_value_store) does for key-value
-/// stores: RocksDB in `path` with the shared `memory` budget, or in memory
-/// (then `path` and `memory` are unused).
-pub fn open_session_store(
-    backend: super::StoreBackend,
-    path: &Path,
-    name: &str,
-    memory: &RocksDbMemory,
-    retention_ms: i64,
-    segment_interval_ms: i64,
-) -> Result<Box<dyn SessionStore>, StoreError> {
-    Ok(match backend {
-        super::StoreBackend::RocksDb => Box::new(SegmentedSessionStore::<RocksDbBackend>::open(
-            path,
-            name,
-            memory,
-            retention_ms,
-            segment_interval_ms,
-        )?),
-        super::StoreBackend::InMemory => Box::new(SegmentedSessionStore::<MemoryBackend>::new(
-            name,
-            retention_ms,
-            segment_interval_ms,
-        )?),
-    })
-}
-
 impl SegmentedSessionStore<MemoryBackend> {
     /// An empty in-memory session store keeping sessions for `retention_ms`
     /// after their end, in segments of `segment_interval_ms`.

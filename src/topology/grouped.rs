@@ -16,12 +16,8 @@ use crate::processor::StoreSerdes;
 use crate::processor::aggregate::{AggregateFn, AggregateNode};
 use crate::serdes::SharedSerde;
 
-use crate::windows::{SessionWindows, SlidingWindows, TimeWindows};
-
-use super::builder::BuilderInner;
-use super::{
-    Data, Grouped, KStream, KTable, Materialized, SessionWindowedKStream, TimeWindowedKStream,
-};
+use super::internal::BuilderInner;
+use super::{Data, Grouped, KStream, KTable, Materialized};
 
 /// A grouped stream (Kafka Streams' `KGroupedStream<K, V>`).
 pub struct KGroupedStream<K, V> {
@@ -50,22 +46,6 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             name: grouped.name,
             stream,
         }
-    }
-
-    /// Windows the grouped stream by time (tumbling or hopping windows) for
-    /// a windowed aggregation; see [`crate::windows`].
-    pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
-        TimeWindowedKStream::new(self.clone(), windows)
-    }
-
-    /// Windows the grouped stream by sliding windows; see [`crate::windows`].
-    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<K, V> {
-        TimeWindowedKStream::sliding(self.clone(), windows)
-    }
-
-    /// Windows the grouped stream into sessions; see [`crate::windows`].
-    pub fn windowed_by_session(&self, windows: SessionWindows) -> SessionWindowedKStream<K, V> {
-        SessionWindowedKStream::new(self.clone(), windows)
     }
 
     /// The node an aggregation with store `store_name` reads from: the
@@ -160,5 +140,22 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         b.connect_store(node, store);
         drop(b);
         KTable::new(builder, node, Some(key), Some(value), Some(store_name))
+    }
+}
+
+impl<K: Data, V: Data> KStream<K, V> {
+    /// Groups by the current key, for an aggregation.
+    pub fn group_by_key(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
+        KGroupedStream::new(self.clone(), grouped)
+    }
+
+    /// Groups by a new key computed from each record (a key change: the
+    /// aggregation reads through a repartition topic).
+    pub fn group_by<K2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+        grouped: Grouped<K2, V>,
+    ) -> KGroupedStream<K2, V> {
+        KGroupedStream::new(self.select_key(selector), grouped)
     }
 }

@@ -9,15 +9,11 @@
 use std::sync::Arc;
 
 use crate::processor::node::{ProcessorNode, fn_node};
-use crate::processor::{Processor, ProcessorContext, Record, StoreSerdes};
+use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serdes::SharedSerde;
 
-use super::builder::Shared;
-use super::grouped::KGroupedStream;
-use super::split::BranchedKStream;
-use super::{
-    Data, Grouped, KTable, Materialized, Produced, Repartitioned, TopicName, TopologyError,
-};
+use super::internal::Shared;
+use super::{Data, Produced, Repartitioned, TopicName, TopologyError};
 
 /// A stream of typed records (Kafka Streams' `KStream<K, V>`).
 pub struct KStream<K, V> {
@@ -266,13 +262,6 @@ impl<K: Data, V: Data> KStream<K, V> {
         });
     }
 
-    /// Starts routing each record to the first branch whose predicate holds
-    /// (see [`BranchedKStream`]). Branch names are prefixed with this node's
-    /// name (set it with [`KStream::named`], e.g. `"split-"`).
-    pub fn split(&self) -> BranchedKStream<K, V> {
-        BranchedKStream::new(self)
-    }
-
     /// The records of both streams, interleaved in processing order.
     pub fn merge(&self, other: &KStream<K, V>) -> KStream<K, V> {
         let mut b = self.builder.borrow_mut();
@@ -362,59 +351,5 @@ impl<K: Data, V: Data> KStream<K, V> {
         let source = b.add_repartition(self.node, &base, key.clone(), value.clone());
         drop(b);
         KStream::new(self.builder.clone(), source, Some(key), Some(value), false)
-    }
-
-    /// Interprets the stream as table updates (latest value per key), stored
-    /// in a key-value store.
-    pub fn to_table(&self, materialized: Materialized<K, V>) -> KTable<K, V> {
-        let mut b = self.builder.borrow_mut();
-        let name = b.name_or(self.name.clone(), "KSTREAM-TOTABLE-");
-        let store_name = b.name_or(materialized.store_name, "KSTREAM-TOTABLE-STATE-STORE-");
-        let key = b.serde(
-            materialized.key_serde,
-            self.key_serde.clone(),
-            &store_name,
-            "key",
-        );
-        let value = b.serde(
-            materialized.value_serde,
-            self.value_serde.clone(),
-            &store_name,
-            "value",
-        );
-        let store = b.add_store(
-            store_name.clone(),
-            materialized.logging,
-            StoreSerdes::new(key.clone(), value.clone()),
-        );
-        let node = b.add_processor(
-            name,
-            &[self.node],
-            super::ktable::stream_upsert_factory::<K, V>(store_name.clone()),
-        );
-        b.connect_store(node, store);
-        drop(b);
-        KTable::new(
-            self.builder.clone(),
-            node,
-            Some(key),
-            Some(value),
-            Some(store_name),
-        )
-    }
-
-    /// Groups by the current key, for an aggregation.
-    pub fn group_by_key(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
-        KGroupedStream::new(self.clone(), grouped)
-    }
-
-    /// Groups by a new key computed from each record (a key change: the
-    /// aggregation reads through a repartition topic).
-    pub fn group_by<K2: Data>(
-        &self,
-        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
-        grouped: Grouped<K2, V>,
-    ) -> KGroupedStream<K2, V> {
-        KGroupedStream::new(self.select_key(selector), grouped)
     }
 }

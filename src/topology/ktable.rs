@@ -13,7 +13,7 @@ use crate::processor::{Change, ProcessorContext, ProcessorError, Record, StoreSe
 use crate::serdes::{OptionSerde, SharedSerde};
 use crate::time::TimestampExtractor;
 
-use super::builder::Shared;
+use super::internal::Shared;
 use super::{Consumed, Data, KStream, Materialized, TopicName};
 
 /// A table of the latest value per key (Kafka Streams' `KTable<K, V>`).
@@ -300,6 +300,47 @@ impl<K: Data, V: Data> KTable<K, V> {
             self.key_serde.clone(),
             value_serde,
             false,
+        )
+    }
+}
+
+impl<K: Data, V: Data> KStream<K, V> {
+    /// Interprets the stream as table updates (latest value per key), stored
+    /// in a key-value store.
+    pub fn to_table(&self, materialized: Materialized<K, V>) -> KTable<K, V> {
+        let mut b = self.builder.borrow_mut();
+        let name = b.name_or(self.name.clone(), "KSTREAM-TOTABLE-");
+        let store_name = b.name_or(materialized.store_name, "KSTREAM-TOTABLE-STATE-STORE-");
+        let key = b.serde(
+            materialized.key_serde,
+            self.key_serde.clone(),
+            &store_name,
+            "key",
+        );
+        let value = b.serde(
+            materialized.value_serde,
+            self.value_serde.clone(),
+            &store_name,
+            "value",
+        );
+        let store = b.add_store(
+            store_name.clone(),
+            materialized.logging,
+            StoreSerdes::new(key.clone(), value.clone()),
+        );
+        let node = b.add_processor(
+            name,
+            &[self.node],
+            super::ktable::stream_upsert_factory::<K, V>(store_name.clone()),
+        );
+        b.connect_store(node, store);
+        drop(b);
+        KTable::new(
+            self.builder.clone(),
+            node,
+            Some(key),
+            Some(value),
+            Some(store_name),
         )
     }
 }

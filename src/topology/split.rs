@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::processor::node::fn_node;
 use crate::processor::{ProcessorContext, Record};
 
-use super::builder::Shared;
+use super::internal::Shared;
 use super::{Data, KStream, NodeBuildContext, NodeFactory};
 
 type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
@@ -119,5 +119,14 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
         });
         self.builder.borrow_mut().nodes[self.node].factory = Some(factory);
         self.branches
+    }
+}
+
+impl<K: Data, V: Data> KStream<K, V> {
+    /// Starts routing each record to the first branch whose predicate holds
+    /// (see [`BranchedKStream`]). Branch names are prefixed with this node's
+    /// name (set it with [`KStream::named`], e.g. `"split-"`).
+    pub fn split(&self) -> BranchedKStream<K, V> {
+        BranchedKStream::new(self)
     }
 }

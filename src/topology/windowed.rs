@@ -51,7 +51,7 @@ use crate::windows::{
     WindowedSerde,
 };
 
-use super::{Data, KGroupedStream, KTable, Materialized, TopologyError};
+use super::{Data, KGroupedStream, KTable, Materialized, StoreDef, TopologyError};
 
 /// Options shared by both windowed streams.
 struct Options {
@@ -82,7 +82,7 @@ pub struct SessionWindowedKStream<K, V> {
 
 /// What differs between the time and session variants when building.
 struct Kind<K> {
-    store_kind: fn(i64, i64) -> StoreKind,
+    store_kind: StoreKind,
     needed_ms: i64,
     key_serde: Box<dyn FnOnce(SharedSerde<K>) -> SharedSerde<Windowed<K>>>,
     /// Retention of a record buffer (sliding windows only).
@@ -127,19 +127,20 @@ fn build<K: Data, V: Data, A: Data>(
     }
     let parent = grouped.aggregation_parent(&mut b, &store_name, &key);
     let name = b.name_or(grouped.stream.name.clone(), "KSTREAM-WINDOWED-AGGREGATE-");
-    let store_kind = (kind.store_kind)(retention_ms, windows::segment_interval(retention_ms));
-    let store = b.add_store_of_kind(
-        store_name.clone(),
-        store_kind,
-        materialized.logging,
-        StoreSerdes::new(key.clone(), value.clone()),
+    let store = b.add_store_def(
+        StoreDef::timed(
+            store_name.clone(),
+            kind.store_kind,
+            retention_ms,
+            StoreSerdes::new(key.clone(), value.clone()),
+        )
+        .logged(materialized.logging),
     );
     let trigger_store = (options.emit != EmitStrategy::OnEveryUpdate).then(|| {
         let name = format!("{store_name}-trigger");
         let bytes: SharedSerde<Vec<u8>> = Arc::new(BytesSerde);
-        let index = b.add_store_of_kind(
+        let index = b.add_store(
             name.clone(),
-            StoreKind::KeyValue,
             materialized.logging,
             StoreSerdes::new(bytes.clone(), bytes),
         );
@@ -149,14 +150,14 @@ fn build<K: Data, V: Data, A: Data>(
         let buffer_name = format!("{store_name}-records");
         let values = b.serde(grouped.value_serde.clone(), None, &buffer_name, "value");
         let list: SharedSerde<Vec<V>> = Arc::new(ListSerde(values));
-        let index = b.add_store_of_kind(
-            buffer_name.clone(),
-            StoreKind::Window {
+        let index = b.add_store_def(
+            StoreDef::timed(
+                buffer_name.clone(),
+                StoreKind::Window,
                 retention_ms,
-                segment_interval_ms: windows::segment_interval(retention_ms),
-            },
-            materialized.logging,
-            StoreSerdes::new(key.clone(), list),
+                StoreSerdes::new(key.clone(), list),
+            )
+            .logged(materialized.logging),
         );
         (buffer_name, index)
     });
@@ -198,7 +199,8 @@ macro_rules! options {
         }
 
         /// Writes late records (dropped because their windows closed) to
-        /// `topic`, with the grouped stream's serdes and headers saying why
+        /// `topic`: the input record's key and value bytes as read (as a
+        /// dead-letter topic gets them), with headers saying why
         /// ([`crate::windows::LATE_HEADER_REASON`] and the others). They are
         /// counted either way. The runtime creates `topic` at start-up when
         /// it does not exist.
@@ -280,10 +282,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         K: Send,
     {
         let f: windows::time::AggregateFn<K, V, A> = Arc::new(f);
-        let store_kind = |retention_ms, segment_interval_ms| StoreKind::Window {
-            retention_ms,
-            segment_interval_ms,
-        };
+        let store_kind = StoreKind::Window;
         match self.windows {
             TimeKind::Fixed(windows) => {
                 let kind = Kind {
@@ -412,10 +411,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let merger: windows::session::MergeFn<K, A> = Arc::new(merger);
         let windows = self.windows;
         let kind = Kind {
-            store_kind: |retention_ms, segment_interval_ms| StoreKind::Session {
-                retention_ms,
-                segment_interval_ms,
-            },
+            store_kind: StoreKind::Session,
             needed_ms: windows.gap_ms().saturating_add(windows.grace_ms()),
             key_serde: Box::new(|inner| Arc::new(WindowedSerde::session_shared(inner))),
             buffer_retention_ms: None,
@@ -434,5 +430,23 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                 })
             },
         )
+    }
+}
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    /// Windows the grouped stream by time (tumbling or hopping windows) for
+    /// a windowed aggregation; see [`crate::windows`].
+    pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::new(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream by sliding windows; see [`crate::windows`].
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::sliding(self.clone(), windows)
+    }
+
+    /// Windows the grouped stream into sessions; see [`crate::windows`].
+    pub fn windowed_by_session(&self, windows: SessionWindows) -> SessionWindowedKStream<K, V> {
+        SessionWindowedKStream::new(self.clone(), windows)
     }
 }

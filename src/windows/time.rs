@@ -28,7 +28,8 @@ use crate::state::window::{changelog_key, split_changelog_key};
 use super::trigger::{self, TriggerStore};
 use super::{EmitStrategy, TimeWindows, Windowed};
 
-/// Where late records go, with their serdes.
+/// Where late records go, with the serdes for records that have no input
+/// bytes (forwarded by a punctuator).
 pub(crate) struct LateSink<K, V> {
     pub(crate) topic: String,
     pub(crate) key_serde: SharedSerde<K>,
@@ -59,22 +60,20 @@ impl<K: 'static, V: 'static> Spec<K, V> {
         let mut out = Vec::new();
         self.key_serde
             .serialize(store, key, &mut out)
-            .map_err(|source| ProcessorError::Serialize {
-                what: crate::processor::KeyOrValue::Key,
-                target: store.to_owned(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(
+                crate::processor::KeyOrValue::Key,
+                store,
+            ))?;
         Ok(out)
     }
 
     pub(crate) fn decode_key(&self, bytes: &[u8]) -> Result<K, ProcessorError> {
         self.key_serde
             .deserialize(&self.store, bytes)
-            .map_err(|source| ProcessorError::StoreRead {
-                what: crate::processor::KeyOrValue::Key,
-                store: self.store.clone(),
-                source,
-            })
+            .map_err(ProcessorError::store_read(
+                crate::processor::KeyOrValue::Key,
+                &self.store,
+            ))
     }
 
     /// The close bound at stream time: `from_stream_time`, but never below
@@ -105,6 +104,10 @@ impl<K: 'static, V: 'static> Spec<K, V> {
     /// Counts a late record and writes it to the late-records topic, if
     /// any, with the headers of [`super::late_headers`]; `close_bound` is
     /// the bound windows had to end after (stream time minus grace).
+    ///
+    /// The late topic gets the input record's key and value bytes as they
+    /// were read, like a dead-letter topic. A record a punctuator forwarded
+    /// has no input record, so it is serialized with the aggregation's serdes.
     pub(crate) fn drop_late<KO, VO>(
         &self,
         ctx: &ProcessorContext<'_, KO, VO>,
@@ -116,21 +119,6 @@ impl<K: 'static, V: 'static> Spec<K, V> {
         let Some(late) = &self.late else {
             return Ok(());
         };
-        let serialize_error = |what, source| ProcessorError::Serialize {
-            what,
-            target: late.topic.clone(),
-            source,
-        };
-        let mut k = Vec::new();
-        let mut v = Vec::new();
-        let has_key = late
-            .key_serde
-            .serialize_nullable(&late.topic, key, &mut k)
-            .map_err(|e| serialize_error(crate::processor::KeyOrValue::Key, e))?;
-        let has_value = late
-            .value_serde
-            .serialize_nullable(&late.topic, value, &mut v)
-            .map_err(|e| serialize_error(crate::processor::KeyOrValue::Value, e))?;
         let headers = super::late_headers(
             &self.store,
             ctx.timestamp(),
@@ -138,6 +126,20 @@ impl<K: 'static, V: 'static> Spec<K, V> {
             close_bound,
             ctx.record_metadata(),
         );
+        if let Some(input) = ctx.input() {
+            return ctx.send_raw(&late.topic, input.key, input.value, &headers);
+        }
+        use crate::processor::KeyOrValue;
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        let has_key = late
+            .key_serde
+            .serialize_nullable(&late.topic, key, &mut k)
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &late.topic))?;
+        let has_value = late
+            .value_serde
+            .serialize_nullable(&late.topic, value, &mut v)
+            .map_err(ProcessorError::serialize(KeyOrValue::Value, &late.topic))?;
         ctx.send_raw(
             &late.topic,
             has_key.then_some(k.as_slice()),

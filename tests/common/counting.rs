@@ -32,8 +32,7 @@ pub fn word_count_truth(n: u64) -> BTreeMap<String, i64> {
 
 /// The latest count per key in `topic` (read_committed; values are i64 big-endian).
 pub fn output_counts(topic: &str) -> BTreeMap<String, i64> {
-    weir::tools::latest_per_key(&super::bootstrap(), topic)
-        .expect("reading the output topic")
+    super::latest_per_key(topic)
         .into_iter()
         .map(|(k, v)| {
             let v = v.expect("counts are never null");
@@ -136,15 +135,7 @@ impl Fixture {
 
     /// Writes sample records `start..start + count` of the topology.
     pub fn produce(&self, start: u64, count: u64) {
-        weir::tools::generate(
-            &super::bootstrap(),
-            &self.input,
-            self.topology.sample,
-            start,
-            count,
-            0,
-        )
-        .expect("writing input");
+        super::produce_samples(&self.input, self.topology.sample, start, count);
     }
 }
 

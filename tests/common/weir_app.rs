@@ -1,6 +1,8 @@
 //! Running `weir run <topology>` as child processes: the way users deploy
 //! it, so tests can start, SIGTERM and SIGKILL real instances.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -103,6 +105,64 @@ impl WeirApp {
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The address of its HTTP server, from the start-up line `weir run`
+    /// prints once the application started (`None` before that).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.log_text().lines().find_map(|l| {
+            l.strip_prefix("weir: metrics at http://")?
+                .split_once('/')?
+                .0
+                .parse()
+                .ok()
+        })
+    }
+
+    /// `GET path` on its HTTP server: the status code and body, or `None`
+    /// while the server is not up yet.
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        let addr = self.http_addr()?;
+        let mut stream = TcpStream::connect(addr).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let status = head.split(' ').nth(1)?.parse().ok()?;
+        Some((status, body.to_string()))
+    }
+
+    /// Whether its `/health/ready` answers 200 (running, nothing restoring).
+    pub fn is_ready(&self) -> bool {
+        self.http_get("/health/ready")
+            .is_some_and(|(status, _)| status == 200)
+    }
+
+    /// The sum of every series of the unlabelled or labelled metric `name`
+    /// on its `/metrics` (0 when it has none; `None` while the server is
+    /// not up).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (status, body) = self.http_get("/metrics")?;
+        if status != 200 {
+            return None;
+        }
+        Some(
+            body.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (series, value) = l.rsplit_once(' ')?;
+                    let family = series.split('{').next()?;
+                    (family == name).then(|| value.parse::<f64>().ok())?
+                })
+                .sum(),
+        )
     }
 }
 

@@ -35,25 +35,15 @@ use crate::topology::{NodeBuildContext, Topology};
 
 use super::StoreProvider;
 use super::collector::{OutputKind, OutputRecord, RecordCollector};
-use super::context::{Frame, ScheduleOp};
-use super::error::TaskError;
-use super::node::{ErasedNode, SourceError};
-use super::punctuation::{PunctuationType, Schedule};
-use super::record::RecordMetadata;
+use super::error::{ProcessorError, TaskError};
+use super::frame::{Frame, NodeSlot, Schedule, ScheduleOp, SourceError};
+use super::punctuation::PunctuationType;
 use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
 mod stores;
 mod types;
 
 pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
-
-/// A node instance of a task.
-pub(crate) struct NodeSlot {
-    pub(crate) name: String,
-    pub(crate) children: Vec<usize>,
-    pub(crate) stores: Vec<usize>,
-    pub(crate) runtime: RefCell<Box<dyn ErasedNode>>,
-}
 
 /// One running (sub-topology, partition). See the module docs.
 pub struct TaskInstance {
@@ -68,37 +58,6 @@ pub struct TaskInstance {
     wall_clock_ms: i64,
     state: TaskState,
     metrics: TaskMetrics,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn frame<'a>(
-    id: TaskId,
-    nodes: &'a [NodeSlot],
-    stores: &'a [StoreSlot],
-    next_schedule_id: &'a Cell<u64>,
-    collector: &'a mut dyn RecordCollector,
-    record: Option<RecordMetadata<'a>>,
-    timestamp: i64,
-    stream_time: i64,
-    wall_clock_ms: i64,
-    cache: &'a Arc<crate::state::CacheBudget>,
-) -> Frame<'a> {
-    Frame {
-        task: id,
-        nodes,
-        stores,
-        collector: RefCell::new(collector),
-        record,
-        current_timestamp: Cell::new(timestamp),
-        stream_time: Cell::new(stream_time),
-        wall_clock_ms,
-        schedule_ops: RefCell::new(Vec::new()),
-        next_schedule_id,
-        failed_node: Cell::new(None),
-        initializing: false,
-        late_records: Cell::new(0),
-        cache,
-    }
 }
 
 impl TaskInstance {
@@ -128,6 +87,7 @@ impl TaskInstance {
             let spec = StoreSpec {
                 name: &def.name,
                 kind: def.kind,
+                retention: def.retention,
                 changelog_topic: changelog_topic.as_deref(),
             };
             let backend = AnyStore::open(stores, id, &spec)
@@ -202,6 +162,34 @@ impl TaskInstance {
             .filter_map(|s| s.changelog_topic.as_deref().map(|t| (s.name.as_str(), t)))
     }
 
+    /// The frame of one call (see `frame.rs`): the task's nodes, stores,
+    /// clocks and record cache, with `collector` for what the call emits.
+    /// `record` is the input record's metadata (`None` outside `process`);
+    /// `timestamp` the time the call's store writes and forwards carry.
+    fn frame<'a>(
+        &'a self,
+        collector: &'a mut dyn RecordCollector,
+        input: Option<&'a InputRecord<'a>>,
+        timestamp: i64,
+    ) -> Frame<'a> {
+        Frame {
+            task: self.id,
+            nodes: &self.nodes,
+            stores: &self.stores,
+            collector: RefCell::new(collector),
+            input,
+            current_timestamp: Cell::new(timestamp),
+            stream_time: Cell::new(self.stream_time),
+            wall_clock_ms: self.wall_clock_ms,
+            schedule_ops: RefCell::new(Vec::new()),
+            next_schedule_id: &self.next_schedule_id,
+            failed_node: Cell::new(None),
+            initializing: false,
+            late_records: Cell::new(0),
+            cache: &self.config.cache,
+        }
+    }
+
     fn require(&self, state: TaskState, action: &'static str) -> Result<(), TaskError> {
         if self.state == state {
             Ok(())
@@ -225,18 +213,7 @@ impl TaskInstance {
         self.wall_clock_ms = wall_clock_ms;
         let mut ops = Vec::new();
         for node in 0..self.nodes.len() {
-            let mut f = frame(
-                self.id,
-                &self.nodes,
-                &self.stores,
-                &self.next_schedule_id,
-                &mut *collector,
-                None,
-                self.stream_time,
-                self.stream_time,
-                wall_clock_ms,
-                &self.config.cache,
-            );
+            let mut f = self.frame(&mut *collector, None, self.stream_time);
             f.initializing = true;
             let result = self.nodes[node].runtime.borrow_mut().init(&f, node);
             ops.extend(f.schedule_ops.take());
@@ -269,22 +246,7 @@ impl TaskInstance {
             });
         };
         let (result, failed_node, ops, stream_time, late) = {
-            let f = frame(
-                self.id,
-                &self.nodes,
-                &self.stores,
-                &self.next_schedule_id,
-                &mut *collector,
-                Some(RecordMetadata {
-                    topic: input.topic,
-                    partition: input.partition,
-                    offset: input.offset,
-                }),
-                input.timestamp,
-                self.stream_time,
-                self.wall_clock_ms,
-                &self.config.cache,
-            );
+            let f = self.frame(&mut *collector, Some(input), input.timestamp);
             let result =
                 self.nodes[source_node]
                     .runtime
@@ -323,6 +285,15 @@ impl TaskInstance {
                     timestamp,
                 };
                 self.handle_record_error(true, "invalid-timestamp", error, input, collector)?;
+            }
+            // The collector refused output (a producer error): not the
+            // record's fault, so not for the processing handler, which could
+            // skip the record and lose its output. The runtime classifies it.
+            Err(SourceError::Processing(ProcessorError::Collector(source))) => {
+                return Err(TaskError::Collector {
+                    task: self.id,
+                    source,
+                });
             }
             Err(SourceError::Processing(source)) => {
                 let node = failed_node.unwrap_or(source_node);
@@ -424,28 +395,22 @@ impl TaskInstance {
         collector: &mut dyn RecordCollector,
     ) -> Result<usize, TaskError> {
         let mut fired = 0;
+        let mut late = 0;
+        let mut skipped = 0;
         let mut ops = Vec::new();
         let mut failure = None;
-        for schedule in self.schedules.iter_mut() {
+        // Taken out for the loop, as the frames borrow the task; a callback
+        // changes schedules only through `ops`.
+        let mut schedules = std::mem::take(&mut self.schedules);
+        for schedule in schedules.iter_mut() {
             if schedule.kind != kind || !schedule.timing.due(now_ms) {
                 continue;
             }
             schedule.timing.advance(now_ms);
-            let f = frame(
-                self.id,
-                &self.nodes,
-                &self.stores,
-                &self.next_schedule_id,
-                &mut *collector,
-                None,
-                now_ms,
-                self.stream_time,
-                self.wall_clock_ms,
-                &self.config.cache,
-            );
+            let f = self.frame(&mut *collector, None, now_ms);
             let result = (schedule.callback)(&f, schedule.node, now_ms);
             ops.extend(f.schedule_ops.take());
-            self.metrics.late_dropped += f.late_records.get();
+            late += f.late_records.get();
             fired += 1;
             if let Err(source) = result {
                 let error = TaskError::Punctuation {
@@ -459,9 +424,12 @@ impl TaskInstance {
                     break;
                 }
                 tracing::warn!(task = %self.id, error = %error, "skipping the failed punctuation");
-                self.metrics.skipped_processing += 1;
+                skipped += 1;
             }
         }
+        self.schedules = schedules;
+        self.metrics.late_dropped += late;
+        self.metrics.skipped_processing += skipped;
         self.metrics.punctuations += fired as u64;
         self.apply_schedule_ops(ops);
         match failure {
@@ -512,18 +480,7 @@ impl TaskInstance {
         // Node indices are topological: what a node flushes reaches its
         // children before they flush.
         for node in 0..self.nodes.len() {
-            let f = frame(
-                self.id,
-                &self.nodes,
-                &self.stores,
-                &self.next_schedule_id,
-                &mut *collector,
-                None,
-                self.stream_time,
-                self.stream_time,
-                self.wall_clock_ms,
-                &self.config.cache,
-            );
+            let f = self.frame(&mut *collector, None, self.stream_time);
             let result = self.nodes[node].runtime.borrow_mut().flush(&f, node);
             if let Err(source) = result {
                 let failed = f.failed_node.get().unwrap_or(node);

@@ -3,12 +3,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{ChangelogBatch, ChangelogSource};
 use crate::runtime::StreamsError;
+use crate::runtime::end_of_partition::RestoreConsumer;
 
 /// Reads changelog partitions with a consumer outside the group
 /// (`clients::restore_consumer`: `read_committed`, so records of aborted
@@ -21,14 +22,14 @@ use crate::runtime::StreamsError;
 /// reader that relies on ends ([`super::ReadMode::ToEnd`]) therefore reads
 /// one partition at a time, as the restore does.
 pub(crate) struct KafkaChangelog<'c> {
-    consumer: &'c BaseConsumer,
+    consumer: &'c RestoreConsumer,
     /// topic → (partition, part) of what is assigned.
     parts: HashMap<String, Vec<(i32, usize)>>,
 }
 
 impl<'c> KafkaChangelog<'c> {
     /// A source reading through `consumer`, which it assigns and unassigns.
-    pub(crate) fn new(consumer: &'c BaseConsumer) -> Self {
+    pub(crate) fn new(consumer: &'c RestoreConsumer) -> Self {
         KafkaChangelog {
             consumer,
             parts: HashMap::new(),

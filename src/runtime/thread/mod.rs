@@ -1,121 +1,129 @@
 //! A stream thread: one consumer in the group, one producer, the tasks of
-//! its assignment, and the poll → process → commit loop.
+//! its assignment, and the poll → process → punctuate → commit loop.
+//!
+//! # Roles
+//!
+//! As in Kafka Streams, the work is split into roles with one owner each:
+//!
+//! * [`StreamThread`] (this file) — the thread's state machine and error
+//!   handling: every error is classified ([`crate::runtime::Recovery`]) and
+//!   acted on in [`StreamThread::handle_error`];
+//! * `phases.rs` — the main loop as phase functions: poll, buffer, process,
+//!   punctuate, maybe-commit;
+//! * [`producer::StreamsProducer`] — the producer, its transaction state and
+//!   the classification of producer errors;
+//! * [`tasks::TaskManager`] — the active tasks and their consumed offsets;
+//! * `commit.rs` — the commit protocol over those two;
+//! * `creator.rs` — opening a task: standby take-over, restore, stream time;
+//! * `rebalance.rs` — librdkafka's rebalance callbacks.
+//!
+//! # States
+//!
+//! ```text
+//!            assign (tasks open)
+//!  Starting ──────────────────────▶ Running ◀──────── recovered ───┐
+//!     │                              │   ▲                          │
+//!     │                 revoke/assign│   │assign (tasks open)       │
+//!     │                              ▼   │                          │
+//!     │                           Rebalancing ── error ──▶ Recovering
+//!     │                                                  ▲  (retried with
+//!     └──────────── error (not fatal) ───────────────────┘   backoff)
+//!  any state ── shutdown ──▶ PendingShutdown ──▶ Dead
+//!  any state ── fatal error ─────────────────────────────▶ Dead
+//! ```
+//!
+//! (`Running` also goes to `Recovering` on an error.) The application is
+//! `Rebalancing` while any thread is `Starting` or `Rebalancing`.
 //!
 //! # Invariants
 //!
-//! * Everything a thread owns that a rebalance touches (tasks, producer,
-//!   consumed offsets, the open transaction) lives in [`Core`] behind one
+//! * Everything a rebalance touches lives in [`StreamThread`] behind one
 //!   mutex. The loop holds it while processing a polled batch and releases
 //!   it before polling, because librdkafka runs the rebalance callbacks
-//!   ([`RebalanceContext`]) inside `poll` on this same thread.
-//! * Each rebalance bumps `Core::generation`; a batch polled under an older
-//!   generation is dropped unprocessed (its partitions were committed and
-//!   revoked; the consumer fetches them again from the committed offsets).
+//!   inside `poll` on this same thread.
+//! * Each rebalance and each rewind bumps `generation`; a batch polled under
+//!   an older generation is dropped unprocessed (the consumer fetches those
+//!   partitions again from the committed offsets).
 //! * On revoke the callback commits (or aborts when the assignment was lost)
 //!   and closes every task **before it returns**; on assign it creates the
 //!   tasks, restores their stores from the changelog tail, and initializes
 //!   them before processing starts.
-//! * Exactly-once: a transaction is begun before the first record of a commit
-//!   interval is processed. A commit flushes the producer (delivery reports
-//!   give each changelog partition's last offset), sends the consumed offsets
-//!   (each carrying its task's stream time as metadata, see
-//!   [`super::stream_time`]) with the group metadata, commits the
-//!   transaction, and only then commits
-//!   the stores with those changelog offsets. Any error that requires an
-//!   abort aborts the transaction, drops the tasks' open store writes,
-//!   rebuilds the tasks and rewinds the consumer to the committed offsets.
-//! * At-least-once: a commit flushes the producer, commits the stores, then
-//!   commits the consumed offsets.
+//! * Exactly-once: a transaction is begun before the first record of a
+//!   commit interval is processed; the commit follows `commit.rs`. Whatever
+//!   aborts drops the tasks' open store writes and closes them; they reopen
+//!   from their committed state and the consumer rewinds to the committed
+//!   offsets, so nothing is processed twice into committed output.
+//! * No error the broker reports as transient stops the thread: polling
+//!   errors are logged and polling goes on; a recovery that cannot reach the
+//!   broker is retried with backoff (`Recovering`).
 
-mod lifecycle;
-mod process;
+mod client;
+mod commit;
+mod creator;
+mod phases;
+mod producer;
 mod rebalance;
+mod state;
+mod tasks;
+#[cfg(test)]
+mod tests;
 
+pub(crate) use super::env::ThreadEnv;
 pub(crate) use rebalance::RebalanceContext;
+pub(crate) use state::ThreadState;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers as _};
-use rdkafka::producer::{Producer, PurgeConfig};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::{Offset, TopicPartitionList};
 
-use super::buffer::{BufferStats, TaskBuffers};
-use super::collector::{KafkaCollector, ProducerEvents, ThreadProducer};
-use super::purge::{PurgeOffsets, Purger};
-use super::restore::restore_task;
-use super::standby::StandbyRegistry;
-use super::stores::InstanceState;
-use super::topics::TopicLayout;
-use super::{AppState, StateCell, StreamsError};
-use crate::config::StreamsConfig;
-use crate::metrics::{LagMeter, Metrics, RestoreMeter, ThreadMeter};
-use crate::processor::{Headers, InputRecord, TaskConfig, TaskId, TaskInstance};
-use crate::topology::Topology;
+use self::client::GroupConsumer;
+use self::commit::CommitScope;
+use self::creator::ActiveTaskCreator;
+use self::producer::{ProducerTimeouts, StreamsProducer};
+use self::tasks::TaskManager;
+use super::collector::{ProducerEvents, ThreadProducer};
+use super::purge::PurgeOffsets;
+use super::{AppState, Recovery, StreamsError};
+use crate::metrics::{LagMeter, ThreadMeter};
 
-/// Records taken from the consumer per poll round at most.
-const MAX_BATCH: usize = 1000;
-/// Timeout of transactional and flush calls.
+/// Timeout of one transactional or flush call.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of reading committed offsets and seeking.
+const OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait between two recovery attempts.
+const MAX_RECOVERY_BACKOFF: Duration = Duration::from_secs(5);
 
-/// What every thread of an instance shares.
-pub(crate) struct ThreadEnv {
-    pub(crate) config: StreamsConfig,
-    pub(crate) topology: Arc<Topology>,
-    pub(crate) layout: TopicLayout,
-    pub(crate) task_config: TaskConfig,
-    pub(crate) stores: Arc<InstanceState>,
-    pub(crate) state: Arc<StateCell>,
-    pub(crate) shutdown: Arc<AtomicBool>,
-    /// Threads currently between a revocation and the end of restoration.
-    pub(crate) rebalancing: Arc<AtomicUsize>,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Input buffer counters of all threads.
-    pub(crate) buffer_stats: Arc<BufferStats>,
-    /// Deletes consumed records of repartition topics.
-    pub(crate) purger: Purger,
-    /// Active and standby tasks of this instance.
-    pub(crate) standbys: Arc<StandbyRegistry>,
-}
-
-/// The state a rebalance touches; see the module docs.
-pub(crate) struct Core {
+/// One stream thread's state; see the module docs.
+pub(crate) struct StreamThread {
     env: Arc<ThreadEnv>,
-    thread: usize,
-    producer: ThreadProducer,
-    events: Arc<ProducerEvents>,
-    restore_consumer: BaseConsumer,
-    tasks: BTreeMap<TaskId, TaskInstance>,
-    /// topic → partition → next offset to commit (last processed + 1).
-    offsets: HashMap<String, HashMap<i32, i64>>,
-    txn_open: bool,
-    dirty: bool,
+    index: usize,
+    state: ThreadState,
+    producer: StreamsProducer<ThreadProducer>,
+    tasks: TaskManager,
+    creator: ActiveTaskCreator,
+    /// Bumped by every rebalance and rewind (module docs).
     generation: u64,
     /// The assignment as of the last rebalance.
     assignment: Vec<(String, i32)>,
+    /// An error a rebalance callback could not act on; the loop stops with it.
     fatal: Option<StreamsError>,
-    in_rebalance: bool,
+    /// Recovery attempts since the last success, and when the next is due.
+    recovery_attempts: u32,
+    retry_at: Instant,
     meter: ThreadMeter,
     /// Committed offsets of repartition partitions not yet purged.
     purgeable: PurgeOffsets,
     last_purge: Instant,
 }
 
-enum TxnError {
-    Abort(StreamsError),
-    Fatal(StreamsError),
-}
+/// The stream thread shared by the loop and the rebalance callbacks.
+type Shared = Arc<Mutex<StreamThread>>;
 
-impl TxnError {
-    fn into_error(self) -> StreamsError {
-        match self {
-            TxnError::Abort(e) | TxnError::Fatal(e) => e,
-        }
-    }
+fn lock(thread: &Shared) -> MutexGuard<'_, StreamThread> {
+    thread.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn wall_clock_ms() -> i64 {
@@ -128,39 +136,46 @@ fn wall_clock_ms() -> i64 {
 /// Runs stream thread `index` until shutdown or a fatal error.
 pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result<(), StreamsError> {
     let config = &env.config;
-    let app = &config.application_id;
     let transactional_id = config
         .is_exactly_once()
-        .then(|| format!("{app}-{process_id}-{index}"));
-    let events = Arc::new(ProducerEvents::default());
-    let producer = super::clients::producer(config, transactional_id.as_deref(), events.clone())?;
-    if transactional_id.is_some() {
-        producer.init_transactions(TXN_TIMEOUT).map_err(|e| {
-            StreamsError::kafka("initializing transactions (fencing older instances)", e)
-        })?;
-    }
-    let restore_consumer = super::clients::restore_consumer(config)?;
-    let core = Arc::new(Mutex::new(Some(Core {
+        .then(|| format!("{}-{process_id}-{index}", config.application_id));
+    let factory = {
+        let config = config.clone();
+        Box::new(move || {
+            let events = Arc::new(ProducerEvents::default());
+            super::clients::producer(&config, transactional_id.as_deref(), events)
+        })
+    };
+    let producer = StreamsProducer::new(
+        factory,
+        config.is_exactly_once(),
+        ProducerTimeouts {
+            call: TXN_TIMEOUT,
+            retry_for: producer::RETRY_FOR,
+        },
+    )?;
+    let creator = ActiveTaskCreator {
         env: env.clone(),
-        thread: index,
+        restore_consumer: super::clients::restore_consumer(config)?,
+    };
+    let thread: Shared = Arc::new(Mutex::new(StreamThread {
+        env: env.clone(),
+        index,
+        state: ThreadState::Created,
         producer,
-        events,
-        restore_consumer,
-        tasks: BTreeMap::new(),
-        offsets: HashMap::new(),
-        txn_open: false,
-        dirty: false,
+        tasks: TaskManager::default(),
+        creator,
         generation: 0,
         assignment: Vec::new(),
         fatal: None,
-        in_rebalance: false,
+        recovery_attempts: 0,
+        retry_at: Instant::now(),
         meter: ThreadMeter::new(env.metrics.clone(), index),
         purgeable: PurgeOffsets::new(),
         last_purge: Instant::now(),
-    })));
+    }));
     let context = RebalanceContext {
-        core: core.clone(),
-        env: env.clone(),
+        thread: thread.clone(),
         lag: LagMeter::new(env.metrics.clone()),
     };
     let consumer: BaseConsumer<RebalanceContext> =
@@ -170,35 +185,16 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     consumer
         .subscribe(&topic_refs)
         .map_err(|e| StreamsError::kafka(format!("subscribing to {topics:?}"), e))?;
-    {
-        let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-        let c = guard.as_mut().expect("core present");
-        c.in_rebalance = true;
-        env.rebalancing.fetch_add(1, Ordering::SeqCst);
-    }
+    lock(&thread).set_state(ThreadState::Starting);
 
-    let result = process::main_loop(&env, &core, &consumer);
+    let result = phases::main_loop(&env, &thread, &consumer);
 
-    // Shut down: commit what was processed, close the tasks, leave the group.
     tracing::debug!(
         thread = index,
         ok = result.is_ok(),
         "stream thread stopping"
     );
-    let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = guard.as_mut() {
-        if result.is_ok() {
-            if let Err(e) = c.commit(&consumer) {
-                tracing::warn!(error = %e.into_error(), "final commit failed; aborting");
-                c.abort();
-            }
-        } else {
-            c.abort();
-        }
-        c.close_tasks();
-        c.assignment.clear();
-    }
-    drop(guard);
+    lock(&thread).shut_down(&consumer, result.is_ok());
     tracing::debug!(thread = index, "tasks closed; leaving the group");
     consumer.unsubscribe();
     drop(consumer);
@@ -206,6 +202,229 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     result
 }
 
-fn lock_core(core: &Arc<Mutex<Option<Core>>>) -> MutexGuard<'_, Option<Core>> {
-    core.lock().unwrap_or_else(|p| p.into_inner())
+impl StreamThread {
+    /// Moves to `next`, keeping the application's rebalancing count.
+    fn set_state(&mut self, next: ThreadState) {
+        let before = self.state;
+        if !before.can_become(next) {
+            tracing::warn!(
+                thread = self.index,
+                ?before,
+                ?next,
+                "unexpected stream thread transition"
+            );
+        }
+        self.state = next;
+        if !before.in_rebalance() && next.in_rebalance() {
+            self.env.rebalancing.fetch_add(1, Ordering::SeqCst);
+            self.env.state.transition(AppState::Rebalancing);
+        }
+        if before.in_rebalance() && !next.in_rebalance() {
+            let last = self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1;
+            let stopping = matches!(next, ThreadState::PendingShutdown | ThreadState::Dead);
+            if last && !stopping {
+                self.env.state.transition(AppState::Running);
+            }
+        }
+    }
+
+    /// Commits what was processed since the last commit; see `commit.rs`.
+    fn commit(
+        &mut self,
+        consumer: &impl GroupConsumer<Group = ConsumerGroupMetadata>,
+    ) -> Result<(), StreamsError> {
+        let started = Instant::now();
+        let scope = CommitScope {
+            partitions: &self.env.layout.partitions,
+            layout: &self.env.layout,
+        };
+        if let Some(committed) =
+            commit::commit(&mut self.tasks, &mut self.producer, consumer, &scope)?
+        {
+            self.note_purgeable(&committed);
+            self.meter
+                .commit_done(started, self.env.config.is_exactly_once());
+        }
+        Ok(())
+    }
+
+    /// Remembers the just-committed offsets of repartition topics and hands
+    /// them to the purger once per `repartition_purge_interval_ms`.
+    fn note_purgeable(&mut self, committed: &tasks::ConsumedOffsets) {
+        let layout = &self.env.layout;
+        for (topic, partitions) in committed {
+            if layout.repartition_topics.iter().any(|t| t == topic) {
+                for (&partition, &next) in partitions {
+                    self.purgeable.insert((topic.clone(), partition), next);
+                }
+            }
+        }
+        let interval = Duration::from_millis(self.env.config.repartition_purge_interval_ms);
+        if !self.purgeable.is_empty() && self.last_purge.elapsed() >= interval {
+            self.last_purge = Instant::now();
+            self.env.purger.purge(std::mem::take(&mut self.purgeable));
+        }
+    }
+
+    /// Aborts the open transaction and drops every task's uncommitted state.
+    fn abort(&mut self) {
+        if self.producer.state() == producer::TxnState::InTransaction {
+            self.meter.transaction_aborted();
+        }
+        if let Err(e) = self.producer.abort() {
+            tracing::warn!(thread = self.index, error = %e, "aborting the transaction failed; retried before the tasks reopen");
+        }
+        self.tasks.abort_all();
+    }
+
+    fn close_tasks(&mut self) {
+        if self.tasks.len() > 0 {
+            self.meter.tasks_closed();
+        }
+        self.tasks.close_all(&mut self.creator);
+    }
+
+    /// Creates, restores and initializes the tasks of the current
+    /// assignment, each from the stream time of the last commit.
+    fn open_tasks(
+        &mut self,
+        consumer: &impl GroupConsumer<Group = ConsumerGroupMetadata>,
+    ) -> Result<(), StreamsError> {
+        let ids = tasks::task_ids(&self.assignment, &self.env.layout);
+        let stream_times = super::stream_time::committed_stream_times(
+            |partitions| consumer.committed_offsets(partitions, OFFSETS_TIMEOUT),
+            &self.assignment,
+            &self.env.layout,
+        )?;
+        // Initializing may emit records (punctuators, init writes).
+        self.producer.begin_if_needed()?;
+        let mut collector = self.producer.collector(&self.env.layout.partitions);
+        self.tasks.open(
+            &ids,
+            &stream_times,
+            &mut self.creator,
+            wall_clock_ms(),
+            &mut collector,
+        )
+    }
+
+    /// Acts on an error of a step that could not complete, by its recovery
+    /// class: a fatal one is returned; any other aborts the tasks and enters
+    /// `Recovering` (a transient one too: it was retried where it happened,
+    /// and what is left is to rebuild from the last commit). Errors of
+    /// polling never come here: the poll phase logs them and goes on.
+    fn handle_error(&mut self, error: StreamsError) -> Result<(), StreamsError> {
+        let recovery = error.recovery();
+        match recovery {
+            Recovery::Fatal => Err(error),
+            _ => {
+                tracing::warn!(thread = self.index, error = %error, ?recovery, "aborting the transaction and rewinding to the last commit");
+                self.abort();
+                let wipe = recovery == Recovery::TaskCorrupted;
+                let ids: Vec<_> = tasks::task_ids(&self.assignment, &self.env.layout);
+                self.close_tasks();
+                if wipe {
+                    for id in ids {
+                        if let Err(e) = self.env.stores.wipe_task(id) {
+                            tracing::warn!(task = %id, error = %e, "wiping the corrupt task failed");
+                        }
+                    }
+                }
+                self.generation += 1;
+                let attempts = self.recovery_attempts.saturating_add(1);
+                self.recovery_attempts = attempts;
+                self.retry_at = Instant::now() + recovery_backoff(attempts);
+                if self.state != ThreadState::Recovering {
+                    self.set_state(ThreadState::Recovering);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Rebuilds the tasks after an abort: finishes the abort, replaces a
+    /// fenced producer, rewinds the consumer to the committed offsets and
+    /// reopens the tasks. An error leaves the thread `Recovering`.
+    fn recover(&mut self, consumer: &BaseConsumer<RebalanceContext>) -> Result<(), StreamsError> {
+        let result = self.try_recover(consumer);
+        match result {
+            Ok(()) => {
+                if self.recovery_attempts > 1 {
+                    tracing::info!(
+                        thread = self.index,
+                        attempts = self.recovery_attempts,
+                        "recovered"
+                    );
+                }
+                self.recovery_attempts = 0;
+                self.set_state(ThreadState::Running);
+                Ok(())
+            }
+            Err(e) => self.handle_error(e),
+        }
+    }
+
+    fn try_recover(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+    ) -> Result<(), StreamsError> {
+        self.producer.abort()?;
+        self.producer.reset()?;
+        self.close_tasks();
+        self.generation += 1;
+        rewind(consumer, &self.assignment)?;
+        self.open_tasks(consumer)
+    }
+
+    /// Final commit (or abort), closing the tasks.
+    fn shut_down(&mut self, consumer: &BaseConsumer<RebalanceContext>, clean: bool) {
+        if clean && self.state == ThreadState::Running {
+            if let Err(e) = self.commit(consumer) {
+                tracing::warn!(error = %e, "final commit failed; aborting");
+                self.abort();
+            }
+        } else {
+            self.abort();
+        }
+        self.close_tasks();
+        self.assignment.clear();
+        self.set_state(ThreadState::PendingShutdown);
+        self.set_state(ThreadState::Dead);
+    }
+}
+
+/// The wait before recovery attempt `attempts` (1, 2, …): 100 ms doubling
+/// up to [`MAX_RECOVERY_BACKOFF`].
+fn recovery_backoff(attempts: u32) -> Duration {
+    if attempts <= 1 {
+        return Duration::ZERO;
+    }
+    let ms = 100u64.saturating_mul(1 << (attempts - 2).min(10));
+    Duration::from_millis(ms).min(MAX_RECOVERY_BACKOFF)
+}
+
+/// Moves the consumer to the committed offsets of `assignment` (the start
+/// of the partition where nothing was committed).
+fn rewind(consumer: &impl GroupConsumer, assignment: &[(String, i32)]) -> Result<(), StreamsError> {
+    if assignment.is_empty() {
+        return Ok(());
+    }
+    let mut assigned = TopicPartitionList::new();
+    for (topic, partition) in assignment {
+        assigned.add_partition(topic, *partition);
+    }
+    let committed = consumer
+        .committed_offsets(assigned, OFFSETS_TIMEOUT)
+        .map_err(|e| StreamsError::kafka("reading committed offsets to rewind", e))?;
+    let mut rewind = TopicPartitionList::new();
+    for element in committed.elements() {
+        let offset = match element.offset() {
+            Offset::Offset(n) => Offset::Offset(n),
+            _ => Offset::Beginning,
+        };
+        let _ = rewind.add_partition_offset(element.topic(), element.partition(), offset);
+    }
+    consumer
+        .seek_partitions(rewind, OFFSETS_TIMEOUT)
+        .map_err(|e| StreamsError::kafka("rewinding to the committed offsets", e))
 }

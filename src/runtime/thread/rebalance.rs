@@ -1,13 +1,18 @@
-//! The consumer context that runs the rebalance protocol against [`Core`]:
-//! commit (or abort) and close on revoke, open and restore on assign, all
-//! before the callback returns.
+//! The consumer context that runs the rebalance protocol against the
+//! [`StreamThread`]: commit (or abort) and close on revoke, open and restore
+//! on assign, all before the callback returns.
 
-use super::*;
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 
-/// The consumer's context: runs the rebalance protocol against [`Core`].
+use super::commit::{CommitScope, revoke};
+use super::producer::TxnState;
+use super::{Shared, StreamThread, ThreadState, lock};
+use crate::metrics::LagMeter;
+
+/// The consumer's context: runs the rebalance protocol against the thread.
 pub(crate) struct RebalanceContext {
-    pub(super) core: Arc<Mutex<Option<Core>>>,
-    pub(super) env: Arc<ThreadEnv>,
+    pub(super) thread: Shared,
     pub(super) lag: LagMeter,
 }
 
@@ -15,28 +20,79 @@ impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.lag.update(&statistics);
     }
-}
 
-impl RebalanceContext {
-    fn lock(&self) -> MutexGuard<'_, Option<Core>> {
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        crate::runtime::client_log::client_log(level, facility, message);
     }
 
-    fn enter_rebalance(&self, core: &mut Core) {
-        core.meter.rebalance_started();
-        if !core.in_rebalance {
-            core.in_rebalance = true;
-            self.env.rebalancing.fetch_add(1, Ordering::SeqCst);
-            self.env.state.transition(AppState::Rebalancing);
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::runtime::client_log::client_error(&error, reason);
+    }
+}
+
+impl StreamThread {
+    fn enter_rebalance(&mut self) {
+        self.meter.rebalance_started();
+        if matches!(self.state, ThreadState::Running | ThreadState::Recovering) {
+            self.set_state(ThreadState::Rebalancing);
         }
     }
 
-    fn leave_rebalance(&self, core: &mut Core) {
-        core.meter.rebalance_finished();
-        if core.in_rebalance {
-            core.in_rebalance = false;
-            if self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1 {
-                self.env.state.transition(AppState::Running);
+    /// Revocation: commits (or aborts, when the assignment was lost) and
+    /// closes every task (`commit::revoke`).
+    fn on_revoke(&mut self, consumer: &BaseConsumer<RebalanceContext>) {
+        self.enter_rebalance();
+        let lost = consumer.assignment_lost();
+        if lost && self.producer.state() == TxnState::InTransaction {
+            self.meter.transaction_aborted();
+        }
+        let scope = CommitScope {
+            partitions: &self.env.layout.partitions,
+            layout: &self.env.layout,
+        };
+        let revoked = revoke(
+            &mut self.tasks,
+            &mut self.producer,
+            consumer,
+            &scope,
+            lost,
+            &mut self.creator,
+        );
+        if let Err(e) = revoked
+            && e.recovery() == crate::runtime::Recovery::Fatal
+        {
+            self.fatal.get_or_insert(e);
+        }
+        self.meter.tasks_closed();
+        self.assignment.clear();
+        self.generation += 1;
+    }
+
+    /// Assignment: opens, restores and initializes the assigned tasks. A
+    /// recoverable failure leaves the thread `Recovering`.
+    fn on_assign(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+        assigned: Vec<(String, i32)>,
+    ) {
+        self.generation += 1;
+        self.assignment = assigned;
+        tracing::info!(partitions = self.assignment.len(), "assigned");
+        let opened = self
+            .producer
+            .abort()
+            .and_then(|()| self.producer.reset())
+            .and_then(|()| self.open_tasks(consumer));
+        self.meter.rebalance_finished();
+        match opened {
+            Ok(()) => {
+                self.recovery_attempts = 0;
+                self.set_state(ThreadState::Running);
+            }
+            Err(e) => {
+                if let Err(fatal) = self.handle_error(e) {
+                    self.fatal.get_or_insert(fatal);
+                }
             }
         }
     }
@@ -44,56 +100,30 @@ impl RebalanceContext {
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut guard = self.lock();
-        let Some(core) = guard.as_mut() else { return };
+        let mut thread = lock(&self.thread);
         match rebalance {
             Rebalance::Revoke(_) => {
                 let _span =
-                    tracing::info_span!("rebalance", thread = core.thread, phase = "revoke")
+                    tracing::info_span!("rebalance", thread = thread.index, phase = "revoke")
                         .entered();
-                self.enter_rebalance(core);
-                if consumer.assignment_lost() {
-                    tracing::warn!("assignment lost: aborting instead of committing");
-                    core.abort();
-                } else {
-                    match core.commit(consumer) {
-                        Ok(()) => {}
-                        Err(TxnError::Abort(e)) => {
-                            tracing::warn!(error = %e, "commit on revoke failed; aborting");
-                            core.abort();
-                        }
-                        Err(TxnError::Fatal(e)) => {
-                            core.abort();
-                            core.fatal.get_or_insert(e);
-                        }
-                    }
-                }
-                core.close_tasks();
-                core.assignment.clear();
-                core.generation += 1;
+                thread.on_revoke(consumer);
             }
-            Rebalance::Assign(_) => self.enter_rebalance(core),
+            Rebalance::Assign(_) => thread.enter_rebalance(),
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
         }
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut guard = self.lock();
-        let Some(core) = guard.as_mut() else { return };
         if let Rebalance::Assign(tpl) = rebalance {
+            let mut thread = lock(&self.thread);
             let _span =
-                tracing::info_span!("rebalance", thread = core.thread, phase = "assign").entered();
-            core.generation += 1;
-            core.assignment = tpl
+                tracing::info_span!("rebalance", thread = thread.index, phase = "assign").entered();
+            let assigned = tpl
                 .elements()
                 .iter()
                 .map(|e| (e.topic().to_string(), e.partition()))
                 .collect();
-            tracing::info!(partitions = core.assignment.len(), "assigned");
-            if let Err(e) = core.open_tasks(consumer) {
-                core.fatal.get_or_insert(e);
-            }
-            self.leave_rebalance(core);
+            thread.on_assign(consumer, assigned);
         }
     }
 }

@@ -110,20 +110,12 @@ fn global_join_node<K: Data, V: Data, GK: Data, GV: Data, VR: Data>(
         table
             .key_serde
             .serialize(&table.store, &mapper(&r.key, &r.value), &mut key_buf)
-            .map_err(|source| ProcessorError::Serialize {
-                what: KeyOrValue::Key,
-                target: table.store.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(KeyOrValue::Key, &table.store))?;
         let row = store
             .get(&key_buf)?
             .map(|bytes| table.value_serde.deserialize(&table.store, &bytes))
             .transpose()
-            .map_err(|source| ProcessorError::StoreRead {
-                what: KeyOrValue::Value,
-                store: table.store.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::store_read(KeyOrValue::Value, &table.store))?;
         match join(&r.value, row.as_ref()) {
             Some(value) => ctx.forward(r.with_value(value)),
             None => Ok(()),

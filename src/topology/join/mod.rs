@@ -42,12 +42,16 @@ mod windows;
 pub use list::ListSerde;
 pub use windows::JoinWindows;
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::processor::StoreSerdes;
+use crate::processor::node::ErasedNode;
+use crate::processor::{
+    Processor, ProcessorContext, ProcessorError, ProcessorNode, Record, StoreSerdes,
+};
 use crate::serdes::{Serde, SharedSerde};
 
-use super::builder::Shared;
+use super::internal::Shared;
 use super::{Data, KStream, KTable, Repartitioned};
 
 /// Options of a stream join: a name (for generated nodes, stores and the
@@ -152,4 +156,26 @@ fn materialize_node<K: Data, V: Data>(
             }
         },
     )
+}
+
+/// Forwards every record unchanged: where the two branches of a join meet
+/// (Kafka Streams' `KStreamPassThrough`): a stream–stream join's `-merge`
+/// node, a foreign-key join's `-RESPONSES` node.
+pub(super) struct PassThrough<K, V>(PhantomData<fn(K, V)>);
+
+impl<K: Data, V: Data> PassThrough<K, V> {
+    /// A pass-through node instance, for `add_processor`.
+    pub(super) fn boxed() -> Box<dyn ErasedNode> {
+        ProcessorNode::<_, K, V, K, V>::boxed(PassThrough(PhantomData))
+    }
+}
+
+impl<K: Data, V: Data> Processor<K, V, K, V> for PassThrough<K, V> {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, K, V>,
+        record: Record<K, V>,
+    ) -> Result<(), ProcessorError> {
+        ctx.forward(record)
+    }
 }

@@ -35,8 +35,8 @@ use crate::processor::{Processor, ProcessorContext, ProcessorError, ProcessorNod
 use crate::processor::{StoreKind, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
 
-use super::{JoinWindows, Joined, ListSerde, copartitioned, join_name};
-use crate::topology::{Data, KStream};
+use super::{JoinWindows, Joined, ListSerde, PassThrough, copartitioned, join_name};
+use crate::topology::{Data, KStream, StoreDef};
 
 /// `(this, other) → result`; `None` when this kind of join has no result.
 type SideJoiner<T, O, VR> = Arc<dyn Fn(Option<&T>, Option<&O>) -> Option<VR> + Send + Sync>;
@@ -59,7 +59,9 @@ fn parse_shared_key(raw: &[u8]) -> Option<(i64, u8, &[u8])> {
     Some((u64::from_be_bytes(*ts) as i64, side, key))
 }
 
-/// One side's join processor (see the module docs).
+/// One side's join processor (see the module docs): the `-this` node runs
+/// it for the left side, the `-other` node for the right (Kafka Streams'
+/// `KStreamKStreamJoinLeftSide` and `KStreamKStreamJoinRightSide`).
 struct SideJoin<K, T, O, VR> {
     side: u8,
     /// This side's range: other records in `[t - before, t + after]` match.
@@ -81,11 +83,10 @@ impl<K: Data, T: Data, O: Data, VR: Data> SideJoin<K, T, O, VR> {
         let mut out = Vec::new();
         self.key_serde
             .serialize(&self.this_store, key, &mut out)
-            .map_err(|source| ProcessorError::Serialize {
-                what: crate::processor::KeyOrValue::Key,
-                target: self.this_store.clone(),
-                source,
-            })?;
+            .map_err(ProcessorError::serialize(
+                crate::processor::KeyOrValue::Key,
+                &self.this_store,
+            ))?;
         Ok(out)
     }
 
@@ -115,14 +116,9 @@ impl<K: Data, T: Data, O: Data, VR: Data> SideJoin<K, T, O, VR> {
             if ts + side_after + self.grace >= st {
                 continue;
             }
-            let key = self
-                .key_serde
-                .deserialize(shared, key_bytes)
-                .map_err(|source| ProcessorError::StoreRead {
-                    what: crate::processor::KeyOrValue::Key,
-                    store: shared.to_owned(),
-                    source,
-                })?;
+            let key = self.key_serde.deserialize(shared, key_bytes).map_err(
+                ProcessorError::store_read(crate::processor::KeyOrValue::Key, shared),
+            )?;
             let results: Vec<VR> = if side == self.side {
                 let values = ctx
                     .window_store::<K, Vec<T>>(&self.this_store)?
@@ -313,24 +309,20 @@ impl<K: Data, V: Data> KStream<K, V> {
         let left_value = b.serde(left.value_serde.clone(), None, &name, "value");
         let right_value = b.serde(right.value_serde.clone(), None, &name, "other value");
         let retention_ms = windows.retention_ms();
-        let window_kind = StoreKind::Window {
-            retention_ms,
-            segment_interval_ms: crate::windows::segment_interval(retention_ms),
-        };
         let this_store = format!("{name}-this-join-store");
         let other_store = format!("{name}-other-join-store");
-        let this_index = b.add_store_of_kind(
+        let this_index = b.add_store_def(StoreDef::timed(
             this_store.clone(),
-            window_kind,
-            true,
+            StoreKind::Window,
+            retention_ms,
             StoreSerdes::new(key.clone(), Arc::new(ListSerde::new(left_value))),
-        );
-        let other_index = b.add_store_of_kind(
+        ));
+        let other_index = b.add_store_def(StoreDef::timed(
             other_store.clone(),
-            window_kind,
-            true,
+            StoreKind::Window,
+            retention_ms,
             StoreSerdes::new(key.clone(), Arc::new(ListSerde::new(right_value))),
-        );
+        ));
         let shared_store = (kind != Kind::Inner).then(|| format!("{name}-outer-shared-join-store"));
         let shared_index = shared_store.as_ref().map(|s| {
             b.add_store(
@@ -384,11 +376,11 @@ impl<K: Data, V: Data> KStream<K, V> {
                 b.connect_store(node, shared);
             }
         }
-        let merge = b.add_processor(format!("{name}-merge"), &[this_node, other_node], || {
-            crate::processor::node::fn_node(
-                |ctx: &ProcessorContext<'_, K, VR>, r: Record<K, VR>| ctx.forward(r),
-            )
-        });
+        let merge = b.add_processor(
+            format!("{name}-merge"),
+            &[this_node, other_node],
+            PassThrough::<K, VR>::boxed,
+        );
         drop(b);
         KStream::new(self.builder.clone(), merge, Some(key), None, false)
     }

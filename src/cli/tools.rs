@@ -1,15 +1,20 @@
-//! Operator tools behind the `weir` binary: creating topics, writing sample
-//! input, reading a topic as a table. Blocking; not for use inside a stream thread.
+//! Operator tools of the `weir` binary: creating topics, writing sample
+//! input, reading a topic as a table. Blocking. They belong to the binary,
+//! not to the library: a library user's equivalents for tests are in
+//! `weir::testing`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use rdkafka::consumer::BaseConsumer;
+use weir::runtime::EndOfPartitionContext;
 
 /// Errors of the tools.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +78,7 @@ pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Resul
 pub fn generate(
     bootstrap: &str,
     topic: &str,
-    sample: crate::topologies::SampleFn,
+    sample: weir::topologies::SampleFn,
     start: u64,
     count: u64,
     rate: u64,
@@ -121,13 +126,13 @@ pub fn latest_per_key(
     bootstrap: &str,
     topic: &str,
 ) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let consumer: BaseConsumer<EndOfPartitionContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "weir-table-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()
+        .create_with_context(EndOfPartitionContext)
         .map_err(kafka("creating the reader"))?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))

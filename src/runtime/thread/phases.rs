@@ -1,0 +1,334 @@
+//! The main loop of a stream thread, one function per phase: poll (without
+//! the thread's lock: rebalance callbacks run inside it), then, under the
+//! lock, recover if due, buffer, process, punctuate and maybe commit.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers as _};
+use rdkafka::{Message, TopicPartitionList};
+
+use super::{RebalanceContext, Shared, StreamThread, ThreadEnv, ThreadState, lock, wall_clock_ms};
+use crate::processor::{Headers, InputRecord, TaskId};
+use crate::runtime::buffer::{Buffered, TaskBuffers};
+use crate::runtime::error::classify_kafka;
+use crate::runtime::{Recovery, StreamsError};
+
+/// Records taken from the consumer per poll round at most.
+const MAX_BATCH: usize = 1000;
+/// How often the same transient polling error is logged at most.
+const POLL_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What the loop keeps between iterations besides the thread.
+struct LoopState<'c> {
+    buffers: TaskBuffers<BorrowedMessage<'c>>,
+    /// The generation the buffers were filled under.
+    buffered_generation: u64,
+    batch: Vec<BorrowedMessage<'c>>,
+    /// Tasks with buffered records, refilled each iteration.
+    ready: Vec<TaskId>,
+    last_commit: Instant,
+    /// When the last poll round started.
+    poll_started: Instant,
+    polling_errors: PollErrors,
+}
+
+/// Transient polling errors, logged at most once per interval.
+#[derive(Default)]
+struct PollErrors {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+impl PollErrors {
+    fn note(&mut self, thread: usize, error: &KafkaError) {
+        let due = self
+            .last_logged
+            .is_none_or(|t| t.elapsed() >= POLL_ERROR_LOG_INTERVAL);
+        if due {
+            tracing::warn!(thread, %error, suppressed = self.suppressed, "polling: transient error (the broker may be restarting); going on");
+            self.last_logged = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// Runs the loop until shutdown (`Ok`) or a fatal error.
+pub(super) fn main_loop(
+    env: &Arc<ThreadEnv>,
+    thread: &Shared,
+    consumer: &BaseConsumer<RebalanceContext>,
+) -> Result<(), StreamsError> {
+    let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
+    let mut state = LoopState {
+        buffers: TaskBuffers::new(env.config.buffered_records_per_partition, max_idle),
+        buffered_generation: u64::MAX,
+        batch: Vec::with_capacity(MAX_BATCH),
+        ready: Vec::new(),
+        last_commit: Instant::now(),
+        poll_started: Instant::now(),
+        polling_errors: PollErrors::default(),
+    };
+    while !env.shutdown.load(Ordering::SeqCst) {
+        let (generation, index) = {
+            let t = lock(thread);
+            (t.generation, t.index)
+        };
+        poll(env, consumer, &mut state, index)?;
+        let mut t = lock(thread);
+        t.meter.poll_done(state.poll_started);
+        if let Some(e) = t.fatal.take() {
+            return Err(e);
+        }
+        if t.state == ThreadState::Recovering {
+            state.batch.clear();
+            if Instant::now() >= t.retry_at {
+                t.recover(consumer)?;
+            }
+            continue;
+        }
+        if t.generation != generation {
+            // A rebalance happened while polling: the batch belongs to
+            // revoked tasks (rdkafka returns from poll after a rebalance).
+            state.batch.clear();
+        }
+        if t.generation != state.buffered_generation {
+            // New assignment or a rewind: buffered records are fetched again
+            // from the committed offsets.
+            reset_buffers(&t, &mut state.buffers, consumer);
+            state.buffered_generation = t.generation;
+        }
+        let result = run_phases(env, &mut t, consumer, &mut state);
+        if let Err(e) = result {
+            t.handle_error(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// Buffer, process, punctuate and maybe commit: the phases that need the
+/// thread's lock.
+fn run_phases<'c>(
+    env: &ThreadEnv,
+    t: &mut StreamThread,
+    consumer: &'c BaseConsumer<RebalanceContext>,
+    state: &mut LoopState<'c>,
+) -> Result<(), StreamsError> {
+    buffer(env, state);
+    // Processing and punctuation output both need the transaction
+    // (beginning one is local to librdkafka until a record is sent).
+    t.producer.begin_if_needed()?;
+    if state.buffers.len() > 0 {
+        process(t, consumer, state)?;
+        set_paused(
+            consumer,
+            &state.buffers.take_drained(&env.buffer_stats),
+            false,
+        );
+    }
+    // What the tasks could not take now (they wait for an empty
+    // partition) stays buffered; a partition at the bound stops fetching.
+    set_paused(consumer, &state.buffers.take_full(&env.buffer_stats), true);
+    punctuate(t)?;
+    t.meter.batch_done(t.tasks.metrics());
+    maybe_commit(env, t, consumer, state)
+}
+
+/// Polls up to [`MAX_BATCH`] records; transient errors are logged (rate
+/// limited) and polling goes on; errors that are not transient are returned.
+fn poll<'c>(
+    env: &ThreadEnv,
+    consumer: &'c BaseConsumer<RebalanceContext>,
+    state: &mut LoopState<'c>,
+    index: usize,
+) -> Result<(), StreamsError> {
+    let poll_timeout = Duration::from_millis(env.config.poll_ms);
+    let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
+    let buffers = &state.buffers;
+    // Don't wait when buffered records can be processed right away.
+    let timeout = if buffers.len() > 0 && !buffers.waiting() {
+        Duration::ZERO
+    } else if buffers.waiting() {
+        poll_timeout.min(max_idle)
+    } else {
+        poll_timeout
+    };
+    state.batch.clear();
+    state.poll_started = Instant::now();
+    let mut next = consumer.poll(timeout);
+    while let Some(polled) = next {
+        match polled {
+            Ok(message) => state.batch.push(message),
+            Err(error) => match classify_kafka(&error, Recovery::Retry) {
+                Recovery::Fatal => return Err(StreamsError::kafka("polling", error)),
+                _ => state.polling_errors.note(index, &error),
+            },
+        }
+        if state.batch.len() >= MAX_BATCH {
+            break;
+        }
+        next = consumer.poll(Duration::ZERO);
+    }
+    Ok(())
+}
+
+/// Moves the polled batch into the per-partition buffers.
+fn buffer(env: &ThreadEnv, state: &mut LoopState<'_>) {
+    for message in state.batch.drain(..) {
+        // The layout's own copy of the topic name: no allocation per record.
+        let Some((topic, &subtopology)) = env
+            .layout
+            .subtopology_of_topic
+            .get_key_value(message.topic())
+        else {
+            continue;
+        };
+        let partition = message.partition();
+        let id = TaskId {
+            subtopology,
+            partition,
+        };
+        state.buffers.push(id, topic, partition, message);
+    }
+}
+
+/// Each task with buffered records drains what it can take now, so buffers
+/// fill (and partitions pause) only while a task waits for an empty
+/// partition or falls behind a poll round.
+fn process(
+    t: &mut StreamThread,
+    _consumer: &BaseConsumer<RebalanceContext>,
+    state: &mut LoopState<'_>,
+) -> Result<(), StreamsError> {
+    let empty_headers = Headers::new();
+    state.buffers.tasks_with_records_into(&mut state.ready);
+    let now = Instant::now();
+    let StreamThread {
+        tasks,
+        producer,
+        env,
+        meter,
+        ..
+    } = t;
+    let mut collector = producer.collector(&env.layout.partitions);
+    for &id in &state.ready {
+        if tasks.task(id).is_none() {
+            continue;
+        }
+        while let Some(message) = state.buffers.next(id, now) {
+            let owned_headers;
+            let headers = match message.headers() {
+                Some(h) if h.count() > 0 => {
+                    owned_headers = convert_headers(h);
+                    &owned_headers
+                }
+                _ => &empty_headers,
+            };
+            let input = InputRecord {
+                topic: message.topic(),
+                partition: message.partition(),
+                offset: message.offset(),
+                timestamp: message.timestamp().to_millis().unwrap_or(-1),
+                headers,
+                key: message.key(),
+                value: message.payload(),
+            };
+            tasks.process(id, &input, &mut collector)?;
+            meter.record(id, input.timestamp);
+        }
+    }
+    Ok(())
+}
+
+/// Fires the wall-clock punctuators that are due.
+fn punctuate(t: &mut StreamThread) -> Result<(), StreamsError> {
+    let StreamThread {
+        tasks,
+        producer,
+        env,
+        ..
+    } = t;
+    let mut collector = producer.collector(&env.layout.partitions);
+    tasks.punctuate(wall_clock_ms(), &mut collector)
+}
+
+/// Commits once per commit interval.
+fn maybe_commit(
+    env: &ThreadEnv,
+    t: &mut StreamThread,
+    consumer: &BaseConsumer<RebalanceContext>,
+    state: &mut LoopState<'_>,
+) -> Result<(), StreamsError> {
+    if state.last_commit.elapsed() < env.config.commit_interval() {
+        return Ok(());
+    }
+    state.last_commit = Instant::now();
+    t.commit(consumer)
+}
+
+/// Empties the buffers for the thread's current assignment and lifts the
+/// pauses of the previous one.
+fn reset_buffers<M: Buffered>(
+    t: &StreamThread,
+    buffers: &mut TaskBuffers<M>,
+    consumer: &BaseConsumer<RebalanceContext>,
+) {
+    let layout = &t.env.layout;
+    let assignment = t.assignment.iter().filter_map(|(topic, partition)| {
+        let subtopology = *layout.subtopology_of_topic.get(topic)?;
+        let id = TaskId {
+            subtopology,
+            partition: *partition,
+        };
+        Some((id, topic.clone(), *partition))
+    });
+    let paused = buffers.reset(assignment);
+    let assigned: Vec<(String, i32)> = paused
+        .into_iter()
+        .filter(|p| t.assignment.contains(p))
+        .collect();
+    set_paused(consumer, &assigned, false);
+}
+
+/// Pauses (or resumes) fetching of `partitions`.
+fn set_paused(
+    consumer: &BaseConsumer<RebalanceContext>,
+    partitions: &[(String, i32)],
+    pause: bool,
+) {
+    if partitions.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        let _ = tpl.add_partition(topic, *partition);
+    }
+    let result = if pause {
+        consumer.pause(&tpl)
+    } else {
+        consumer.resume(&tpl)
+    };
+    match result {
+        Ok(()) => tracing::debug!(
+            ?partitions,
+            pause,
+            "buffer bound: partitions paused/resumed"
+        ),
+        Err(e) => {
+            tracing::warn!(?partitions, pause, error = %e, "pausing/resuming partitions failed")
+        }
+    }
+}
+
+fn convert_headers(headers: &rdkafka::message::BorrowedHeaders) -> Headers {
+    let mut out = Headers::new();
+    for header in headers.iter() {
+        out.add(header.key, header.value.map(<[u8]>::to_vec));
+    }
+    out
+}

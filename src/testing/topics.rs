@@ -1,0 +1,122 @@
+//! Creating and deleting topics on the test broker.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::TestBroker;
+
+/// How long topic creation may take before it is a failure.
+const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl TestBroker {
+    /// Creates topics as (name, partitions) with replication factor 1 and
+    /// waits until every one shows all its partitions in the metadata. A
+    /// topic that already exists is fine.
+    ///
+    /// # Panics
+    ///
+    /// When the request fails or a topic is not visible within 30 s.
+    pub fn create_topics(&self, topics: &[(&str, i32)]) {
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let admin = self.admin();
+        let options = AdminOptions::new().operation_timeout(Some(TOPIC_TIMEOUT));
+        let results = block_on(|| admin.create_topics(&new, &options))
+            .unwrap_or_else(|e| panic!("creating topics {topics:?} failed: {e}"));
+        for result in results {
+            if let Err((topic, code)) = result {
+                assert_eq!(
+                    code,
+                    RDKafkaErrorCode::TopicAlreadyExists,
+                    "creating topic {topic} failed: {code}"
+                );
+            }
+        }
+        let metadata: BaseConsumer = self
+            .client_config()
+            .create()
+            .expect("creating the metadata client failed");
+        for (name, partitions) in topics {
+            self.await_partitions(&metadata, name, *partitions);
+        }
+    }
+
+    /// Deletes topics; missing ones are ignored.
+    ///
+    /// # Panics
+    ///
+    /// When the request fails for another reason.
+    pub fn delete_topics(&self, topics: &[&str]) {
+        let admin = self.admin();
+        let options = AdminOptions::new().operation_timeout(Some(TOPIC_TIMEOUT));
+        let results = block_on(|| admin.delete_topics(topics, &options))
+            .unwrap_or_else(|e| panic!("deleting topics {topics:?} failed: {e}"));
+        for result in results {
+            if let Err((topic, code)) = result {
+                assert_eq!(
+                    code,
+                    RDKafkaErrorCode::UnknownTopicOrPartition,
+                    "deleting topic {topic} failed: {code}"
+                );
+            }
+        }
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        self.client_config()
+            .create()
+            .expect("creating the admin client failed")
+    }
+
+    /// Waits until `topic` shows `partitions` partitions: creation returns
+    /// before every broker's metadata has the topic.
+    fn await_partitions(&self, metadata: &BaseConsumer, topic: &str, partitions: i32) {
+        let deadline = Instant::now() + TOPIC_TIMEOUT;
+        loop {
+            let ready = metadata
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .ok()
+                .and_then(|m| {
+                    m.topics()
+                        .first()
+                        .map(|t| t.error().is_none() && t.partitions().len() == partitions as usize)
+                })
+                .unwrap_or(false);
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "topic {topic} did not appear with {partitions} partitions within {TOPIC_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Runs the future `make` returns to completion on a runtime of its own, on
+/// a thread of its own: the helpers block, and may be called from inside a
+/// caller's tokio runtime, where a nested runtime would panic.
+fn block_on<F: Future>(make: impl FnOnce() -> F + Send) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("creating a runtime for an admin request failed")
+                    .block_on(make())
+            })
+            .join()
+            .expect("the admin request thread panicked")
+    })
+}
