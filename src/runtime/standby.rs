@@ -12,7 +12,12 @@
 //! instances are sorted by process id; the standbys of a task are the
 //! `num_standby_replicas` instances that follow its active owner in that
 //! cyclic order. Every instance computes the same placement and keeps the
-//! tasks it is named for. Only tasks with logged stores have standbys.
+//! tasks it is named for. Only tasks with logged stores have standbys. A
+//! standby whose task the group has just assigned to this instance stays
+//! open although no longer named, until a stream thread claims it: the
+//! standby thread may read the new assignment before the stream thread's
+//! rebalance callback runs, and closing the copy then would lose the
+//! takeover.
 //!
 //! # Invariants
 //!
@@ -259,7 +264,7 @@ pub(crate) fn run(
         if last_placement.is_none_or(|t| t.elapsed() >= PLACEMENT_INTERVAL) {
             last_placement = Some(Instant::now());
             match desired_standbys(&env, &consumer, &process_id, &logged) {
-                Ok(desired) => update_standbys(&env, &registry, &desired)?,
+                Ok(placement) => update_standbys(&env, &registry, &placement)?,
                 Err(e) => tracing::debug!(error = %e, "reading the group for standby placement"),
             }
             let mut reg = registry.lock();
@@ -305,7 +310,7 @@ fn desired_standbys(
     consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
-) -> Result<BTreeSet<TaskId>, StreamsError> {
+) -> Result<Placement, StreamsError> {
     let app = &env.config.application_id;
     let groups = consumer
         .client()
@@ -333,20 +338,35 @@ fn desired_standbys(
             }
         }
     }
-    Ok(standby_tasks(&owners, me, env.config.num_standby_replicas))
+    Ok(Placement {
+        standbys: standby_tasks(&owners, me, env.config.num_standby_replicas),
+        assigned_here: owners.remove(me).unwrap_or_default(),
+    })
 }
 
-/// Opens standby tasks newly named for this instance and closes the others.
+/// What the group's assignments mean for this instance.
+struct Placement {
+    /// The tasks this instance keeps as standbys.
+    standbys: BTreeSet<TaskId>,
+    /// The tasks the group assigned to this instance's stream threads.
+    assigned_here: BTreeSet<TaskId>,
+}
+
+/// Opens standby tasks newly named for this instance and closes the others,
+/// except those the group just assigned here: a stream thread is about to
+/// claim them (a takeover), so they stay until it does, or until a later
+/// placement names them neither standby nor assigned here.
 fn update_standbys(
     env: &ThreadEnv,
     registry: &StandbyRegistry,
-    desired: &BTreeSet<TaskId>,
+    placement: &Placement,
 ) -> Result<(), StreamsError> {
+    let desired = &placement.standbys;
     let mut reg = registry.lock();
     let stale: Vec<TaskId> = reg
         .standby
         .keys()
-        .filter(|id| !desired.contains(id))
+        .filter(|id| !desired.contains(id) && !placement.assigned_here.contains(id))
         .copied()
         .collect();
     for id in stale {
