@@ -182,12 +182,21 @@ impl KafkaStreams {
         env: &Arc<ThreadEnv>,
         process_id: &str,
     ) -> Result<(), StreamsError> {
-        let (env, process_id) = (env.clone(), process_id.to_string());
+        let registry = env.standbys.clone();
+        let standby_env = standby::StandbyEnv {
+            config: env.config.clone(),
+            topology: env.topology.clone(),
+            layout: env.layout.clone(),
+            task_config: env.task_config.clone(),
+            stores: env.stores.clone(),
+            metrics: env.metrics.clone(),
+            shutdown: env.shutdown.clone(),
+        };
+        let process_id = process_id.to_string();
         let handle = std::thread::Builder::new()
             .name("weir-standby".into())
             .spawn(move || {
-                let registry = env.standbys.clone();
-                if let Err(e) = standby::run(env, registry, process_id) {
+                if let Err(e) = standby::run(standby_env, registry, process_id) {
                     tracing::warn!(error = %e, "the standby thread stopped; tasks that move here restore in full");
                 }
             })

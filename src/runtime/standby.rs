@@ -45,7 +45,7 @@
 //!   then is logged and retried at the next placement.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,13 @@ use super::changelog::{
     RestoreTarget,
 };
 use super::end_of_partition::RestoreConsumer;
-use super::env::ThreadEnv;
+use super::stores::InstanceState;
+use super::topics::TopicLayout;
+use crate::config::StreamsConfig;
 use crate::metrics::Metrics;
-use crate::processor::{TaskId, TaskInstance};
+use crate::processor::{TaskConfig, TaskId, TaskInstance};
 use crate::state::ChangelogRecord;
+use crate::topology::Topology;
 
 /// How often the group's membership is read again.
 const PLACEMENT_INTERVAL: Duration = Duration::from_secs(3);
@@ -239,9 +242,20 @@ fn standby_tasks(
     mine
 }
 
+/// What the standby thread needs of its instance.
+pub(crate) struct StandbyEnv {
+    pub(crate) config: StreamsConfig,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) layout: TopicLayout,
+    pub(crate) task_config: TaskConfig,
+    pub(crate) stores: Arc<InstanceState>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) shutdown: Arc<AtomicBool>,
+}
+
 /// Runs the standby thread of this instance until shutdown.
 pub(crate) fn run(
-    env: Arc<ThreadEnv>,
+    env: StandbyEnv,
     registry: Arc<StandbyRegistry>,
     process_id: String,
 ) -> Result<(), StreamsError> {
@@ -306,7 +320,7 @@ pub(crate) fn run(
 
 /// Reads the group and computes the standby tasks of this instance.
 fn desired_standbys(
-    env: &ThreadEnv,
+    env: &StandbyEnv,
     consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
@@ -357,7 +371,7 @@ struct Placement {
 /// claim them (a takeover), so they stay until it does, or until a later
 /// placement names them neither standby nor assigned here.
 fn update_standbys(
-    env: &ThreadEnv,
+    env: &StandbyEnv,
     registry: &StandbyRegistry,
     placement: &Placement,
 ) -> Result<(), StreamsError> {
@@ -387,7 +401,7 @@ fn update_standbys(
     Ok(())
 }
 
-fn open_task(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
+fn open_task(env: &StandbyEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
     let mut provider = env.stores.provider();
     Ok(TaskInstance::new(
         env.topology.clone(),
@@ -398,7 +412,7 @@ fn open_task(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError> 
 }
 
 /// Closes `task`, deletes its local state and opens it again, empty.
-fn wipe(env: &ThreadEnv, mut task: TaskInstance) -> Result<TaskInstance, StreamsError> {
+fn wipe(env: &StandbyEnv, mut task: TaskInstance) -> Result<TaskInstance, StreamsError> {
     let id = task.id();
     task.close()?;
     env.stores.wipe_task(id)?;
