@@ -8,8 +8,9 @@
 //! fetches and session lookups count as gets (one per call, not per entry
 //! returned). The approximate entry count (`weir_store_entries`) exists for
 //! key-value stores only and is refreshed at each commit. Closing a store
-//! removes its series. Restoring a store writes through `put`, so
-//! `weir_store_puts_total` includes the restored records (also counted in
+//! removes its series. Every restored record counts as a put (restoring
+//! writes batches through `restore_batch`), so `weir_store_puts_total`
+//! includes the restored records (also counted in
 //! `weir_restore_restored_records_total`).
 
 use std::ops::Bound;
@@ -75,7 +76,9 @@ macro_rules! forward_state_store {
             records: &[ChangelogRecord<'_>],
             changelog_offset: i64,
         ) -> Result<(), StoreError> {
-            self.inner.restore_batch(records, changelog_offset)
+            self.inner.restore_batch(records, changelog_offset)?;
+            self.meter.puts.inc_by(records.len() as u64);
+            Ok(())
         }
 
         fn close(&mut self) -> Result<(), StoreError> {
@@ -237,6 +240,7 @@ impl StateStore for MeteredKeyValueStore {
         changelog_offset: i64,
     ) -> Result<(), StoreError> {
         self.inner.restore_batch(records, changelog_offset)?;
+        self.meter.puts.inc_by(records.len() as u64);
         self.refresh_entries();
         Ok(())
     }
