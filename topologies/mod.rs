@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::topology::{Topology, TopologyError};
 
+pub mod datacenter_monitor;
 pub mod events_by_type;
 pub mod order_enrichment;
 pub mod page_views;
@@ -120,6 +121,7 @@ pub const ALL: &[ShippedTopology] = &[
     events_by_type::EVENTS_BY_TYPE,
     page_views::PAGE_VIEWS,
     order_enrichment::ORDER_ENRICHMENT,
+    datacenter_monitor::DATACENTER_MONITOR,
 ];
 
 /// The shipped topology called `name`.
