@@ -21,13 +21,17 @@ fn driver() -> TopologyTestDriver {
 fn run(d: &Dataset, restart_at: Option<usize>) -> Vec<Alert> {
     let mut driver = driver();
     let usage = TestInputTopic::new("task-usage", StringSerde, JsonSerde::<TaskUsage>::new());
-    let events = TestInputTopic::new("system-events", StringSerde, JsonSerde::<SystemEvent>::new());
+    let events = TestInputTopic::new(
+        "system-events",
+        StringSerde,
+        JsonSerde::<SystemEvent>::new(),
+    );
     let alerts = TestOutputTopic::new("alerts", StringSerde, JsonSerde::<Alert>::new());
     let (mut u, mut e) = (0, 0);
     let mut piped = 0;
     while u < d.usage.len() || e < d.events.len() {
-        let take_usage = e >= d.events.len()
-            || (u < d.usage.len() && d.usage[u].start_time <= d.events[e].ts);
+        let take_usage =
+            e >= d.events.len() || (u < d.usage.len() && d.usage[u].start_time <= d.events[e].ts);
         if take_usage {
             let r = &d.usage[u];
             driver
@@ -36,7 +40,9 @@ fn run(d: &Dataset, restart_at: Option<usize>) -> Vec<Alert> {
             u += 1;
         } else {
             let r = &d.events[e];
-            driver.pipe(&events, r.host.clone(), r.clone(), r.ts).unwrap();
+            driver
+                .pipe(&events, r.host.clone(), r.clone(), r.ts)
+                .unwrap();
             e += 1;
         }
         piped += 1;

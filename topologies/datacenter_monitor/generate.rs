@@ -214,11 +214,14 @@ fn minute_of(spec: &Spec, n: u32) -> u32 {
 /// ```
 pub fn generate(spec: &Spec) -> Dataset {
     let tasks = tasks(spec);
-    let machine_cpu = |m: u32| -> f64 {
-        tasks.iter().filter(|t| t.machine == m).map(|t| t.cpu).sum()
-    };
+    let machine_cpu =
+        |m: u32| -> f64 { tasks.iter().filter(|t| t.machine == m).map(|t| t.cpu).sum() };
     let machine_memory = |m: u32| -> f64 {
-        tasks.iter().filter(|t| t.machine == m).map(|t| t.memory).sum()
+        tasks
+            .iter()
+            .filter(|t| t.machine == m)
+            .map(|t| t.memory)
+            .sum()
     };
     let minute_ms = |minute: u32| spec.start_ms + i64::from(minute) * 60_000;
     let mut truth = Vec::new();
@@ -240,17 +243,31 @@ pub fn generate(spec: &Spec) -> Dataset {
             let entity = match kind {
                 Anomaly::MachineCpu => {
                     let spike = 1.5 * machine_cpu(place) + 0.03;
-                    changes.push(UsageChange { task: daemon, minute, cpu: spike, memory: 0.01 });
+                    changes.push(UsageChange {
+                        task: daemon,
+                        minute,
+                        cpu: spike,
+                        memory: 0.01,
+                    });
                     machine_name(place)
                 }
                 Anomaly::MachineMemory => {
                     let leak = 1.5 * machine_memory(place) + 0.01;
-                    changes.push(UsageChange { task: daemon, minute, cpu: 0.03, memory: leak });
+                    changes.push(UsageChange {
+                        task: daemon,
+                        minute,
+                        cpu: 0.03,
+                        memory: leak,
+                    });
                     machine_name(place)
                 }
                 Anomaly::RunawayTask | Anomaly::StragglerTask => {
                     let i = quiet_tasks[(pick as usize * 11) % quiet_tasks.len()];
-                    let factor = if *kind == Anomaly::RunawayTask { 2.5 } else { 0.2 };
+                    let factor = if *kind == Anomaly::RunawayTask {
+                        2.5
+                    } else {
+                        0.2
+                    };
                     changes.push(UsageChange {
                         task: i,
                         minute,
@@ -270,13 +287,22 @@ pub fn generate(spec: &Spec) -> Dataset {
                 }
                 _ => minute_ms(minute),
             };
-            truth.push(Injected { anomaly: *kind, rule: kind.rule(), entity, window_start });
+            truth.push(Injected {
+                anomaly: *kind,
+                rule: kind.rule(),
+                entity,
+                window_start,
+            });
             n += 1;
         }
     }
     let usage = usage(spec, &tasks, &changes);
     let events = events(spec, &host_injections);
-    Dataset { usage, events, truth }
+    Dataset {
+        usage,
+        events,
+        truth,
+    }
 }
 
 /// Offset of an injected sequence's first event into its minute (ms).
@@ -310,7 +336,9 @@ fn usage(spec: &Spec, tasks: &[Task], changes: &[UsageChange]) -> Vec<TaskUsage>
                 }
             })
             .collect();
-        row.sort_by(|a, b| (&a.machine_id, &a.job_id, a.task_index).cmp(&(&b.machine_id, &b.job_id, b.task_index)));
+        row.sort_by(|a, b| {
+            (&a.machine_id, &a.job_id, a.task_index).cmp(&(&b.machine_id, &b.job_id, b.task_index))
+        });
         out.extend(row);
     }
     out
@@ -320,14 +348,19 @@ fn event(host: &str, ts: i64, pid: u32, exe: &str, op: Operation, object: Object
     SystemEvent {
         host: host.to_string(),
         ts,
-        subject: Process { pid, exe: exe.to_string() },
+        subject: Process {
+            pid,
+            exe: exe.to_string(),
+        },
         op,
         object,
     }
 }
 
 fn file(path: &str) -> Object {
-    Object::File { path: path.to_string() }
+    Object::File {
+        path: path.to_string(),
+    }
 }
 
 fn net(address: String, port: u16) -> Object {
@@ -343,29 +376,110 @@ fn background_minute(spec: &Spec, h: u32, minute: u32, out: &mut Vec<SystemEvent
     let connects = 4 + mix(spec.seed, 10, u64::from(h)) % 5 + mix(spec.seed, 11, id) % 3;
     for c in 0..connects {
         let ts = at + 1_000 + (c as i64) * (55_000 / connects as i64);
-        let (pid, exe) = if c % 2 == 0 { (1200 + h, "/usr/sbin/nginx") } else { (2300 + h, "/usr/bin/java") };
-        let address = format!("10.0.{}.{}", mix(spec.seed, 12, id + c) % 8, 1 + mix(spec.seed, 13, id + c) % 250);
-        out.push(event(&host, ts, pid, exe, Operation::Connect, net(address, 8080)));
+        let (pid, exe) = if c % 2 == 0 {
+            (1200 + h, "/usr/sbin/nginx")
+        } else {
+            (2300 + h, "/usr/bin/java")
+        };
+        let address = format!(
+            "10.0.{}.{}",
+            mix(spec.seed, 12, id + c) % 8,
+            1 + mix(spec.seed, 13, id + c) % 250
+        );
+        out.push(event(
+            &host,
+            ts,
+            pid,
+            exe,
+            Operation::Connect,
+            net(address, 8080),
+        ));
     }
-    out.push(event(&host, at + 2_500, 2300 + h, "/usr/bin/java", Operation::Write, file("/var/log/app/app.log")));
+    out.push(event(
+        &host,
+        at + 2_500,
+        2300 + h,
+        "/usr/bin/java",
+        Operation::Write,
+        file("/var/log/app/app.log"),
+    ));
     match (minute + h) % 6 {
         0 => {
             // A deployment: written, started, talks inside only.
             let exe = format!("/opt/app/bin/server-{minute}");
-            out.push(event(&host, at + 3_000, 3100 + h, "/usr/bin/dpkg", Operation::Write, file(&exe)));
-            out.push(event(&host, at + 4_000, 1, "/usr/lib/systemd/systemd", Operation::Start, Object::Process { pid: 5000 + minute, exe: exe.clone() }));
-            out.push(event(&host, at + 6_000, 5000 + minute, &exe, Operation::Connect, net("10.0.0.5".into(), 5432)));
+            out.push(event(
+                &host,
+                at + 3_000,
+                3100 + h,
+                "/usr/bin/dpkg",
+                Operation::Write,
+                file(&exe),
+            ));
+            out.push(event(
+                &host,
+                at + 4_000,
+                1,
+                "/usr/lib/systemd/systemd",
+                Operation::Start,
+                Object::Process {
+                    pid: 5000 + minute,
+                    exe: exe.clone(),
+                },
+            ));
+            out.push(event(
+                &host,
+                at + 6_000,
+                5000 + minute,
+                &exe,
+                Operation::Connect,
+                net("10.0.0.5".into(), 5432),
+            ));
         }
         2 => {
             // sshd reads the password file and never connects outside.
-            out.push(event(&host, at + 3_000, 800 + h, "/usr/sbin/sshd", Operation::Read, file("/etc/shadow")));
-            out.push(event(&host, at + 3_500, 800 + h, "/usr/sbin/sshd", Operation::Connect, net("10.0.1.9".into(), 22)));
+            out.push(event(
+                &host,
+                at + 3_000,
+                800 + h,
+                "/usr/sbin/sshd",
+                Operation::Read,
+                file("/etc/shadow"),
+            ));
+            out.push(event(
+                &host,
+                at + 3_500,
+                800 + h,
+                "/usr/sbin/sshd",
+                Operation::Connect,
+                net("10.0.1.9".into(), 22),
+            ));
         }
         4 => {
             // A download that is never started; the package manager goes outside.
-            out.push(event(&host, at + 3_000, 4100 + h, "/usr/bin/curl", Operation::Write, file("/tmp/build.tar.gz")));
-            out.push(event(&host, at + 3_500, 4200 + h, "/usr/bin/apt", Operation::Read, file("/etc/apt/sources.list")));
-            out.push(event(&host, at + 4_000, 4200 + h, "/usr/bin/apt", Operation::Connect, net("151.101.2.132".into(), 443)));
+            out.push(event(
+                &host,
+                at + 3_000,
+                4100 + h,
+                "/usr/bin/curl",
+                Operation::Write,
+                file("/tmp/build.tar.gz"),
+            ));
+            out.push(event(
+                &host,
+                at + 3_500,
+                4200 + h,
+                "/usr/bin/apt",
+                Operation::Read,
+                file("/etc/apt/sources.list"),
+            ));
+            out.push(event(
+                &host,
+                at + 4_000,
+                4200 + h,
+                "/usr/bin/apt",
+                Operation::Connect,
+                net("151.101.2.132".into(), 443),
+            ));
         }
         _ => {}
     }
@@ -378,23 +492,68 @@ fn injected(kind: Anomaly, h: u32, minute: u32, n: u32, spec: &Spec, out: &mut V
     match kind {
         Anomaly::DropperConnect => {
             let exe = "/tmp/.cache/kworkerd";
-            out.push(event(&host, t, pid, "/usr/bin/curl", Operation::Write, file(exe)));
-            out.push(event(&host, t + 20_000, pid + 1, "/bin/bash", Operation::Start, Object::Process { pid: pid + 2, exe: exe.into() }));
+            out.push(event(
+                &host,
+                t,
+                pid,
+                "/usr/bin/curl",
+                Operation::Write,
+                file(exe),
+            ));
+            out.push(event(
+                &host,
+                t + 20_000,
+                pid + 1,
+                "/bin/bash",
+                Operation::Start,
+                Object::Process {
+                    pid: pid + 2,
+                    exe: exe.into(),
+                },
+            ));
             for s in [60_000, 90_000, 120_000] {
-                out.push(event(&host, t + s, pid + 2, exe, Operation::Connect, net("203.0.113.50".into(), 4444)));
+                out.push(event(
+                    &host,
+                    t + s,
+                    pid + 2,
+                    exe,
+                    Operation::Connect,
+                    net("203.0.113.50".into(), 4444),
+                ));
             }
         }
         Anomaly::SecretExfiltration => {
-            out.push(event(&host, t, pid, "/usr/bin/python3", Operation::Read, file("/etc/shadow")));
+            out.push(event(
+                &host,
+                t,
+                pid,
+                "/usr/bin/python3",
+                Operation::Read,
+                file("/etc/shadow"),
+            ));
             for s in [30_000, 35_000] {
-                out.push(event(&host, t + s, pid, "/usr/bin/python3", Operation::Connect, net("198.51.100.23".into(), 443)));
+                out.push(event(
+                    &host,
+                    t + s,
+                    pid,
+                    "/usr/bin/python3",
+                    Operation::Connect,
+                    net("198.51.100.23".into(), 443),
+                ));
             }
         }
         Anomaly::ConnectionBurst => {
             let start = t - INJECT_OFFSET_MS;
             for c in 0..150i64 {
                 let address = format!("10.1.{}.{}", c / 250, 1 + c % 250);
-                out.push(event(&host, start + 200 + c * 380, pid, "/usr/bin/nmap", Operation::Connect, net(address, 22)));
+                out.push(event(
+                    &host,
+                    start + 200 + c * 380,
+                    pid,
+                    "/usr/bin/nmap",
+                    Operation::Connect,
+                    net(address, 22),
+                ));
             }
         }
         _ => {}

@@ -49,7 +49,11 @@ pub struct SequenceState {
 
 impl SequenceState {
     fn forget_before(&mut self, oldest: i64) {
-        for map in [&mut self.written, &mut self.launched, &mut self.secrets_read] {
+        for map in [
+            &mut self.written,
+            &mut self.launched,
+            &mut self.secrets_read,
+        ] {
             map.retain(|_, p| p.started() >= oldest);
         }
     }

@@ -475,11 +475,15 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
             .with_timestamp_extractor(ValueTimestamp::new(|u: &TaskUsage| u.start_time)),
     );
     let s = settings.clone();
-    let per_machine = usage.process(move || machines::MachineMonitor::new(s.clone()), &[MACHINE_STORE]);
-    let machine_alerts = per_machine.flat_map(|key: String, out: machines::MachineOutput| match out {
-        machines::MachineOutput::Alert(a) => Some((key, a)),
-        machines::MachineOutput::TaskMean(_) => None,
-    });
+    let per_machine = usage.process(
+        move || machines::MachineMonitor::new(s.clone()),
+        &[MACHINE_STORE],
+    );
+    let machine_alerts =
+        per_machine.flat_map(|key: String, out: machines::MachineOutput| match out {
+            machines::MachineOutput::Alert(a) => Some((key, a)),
+            machines::MachineOutput::TaskMean(_) => None,
+        });
     let s = settings.clone();
     let outlier_alerts = per_machine
         .flat_map(|_, out: machines::MachineOutput| match out {
@@ -499,11 +503,15 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
             .with_timestamp_extractor(ValueTimestamp::new(|e: &SystemEvent| e.ts)),
     );
     let s = settings.clone();
-    let sequence_alerts =
-        events.process(move || hosts::SequenceDetector::new(s.clone()), &[SEQUENCE_STORE]);
+    let sequence_alerts = events.process(
+        move || hosts::SequenceDetector::new(s.clone()),
+        &[SEQUENCE_STORE],
+    );
     let s = settings;
-    let burst_alerts =
-        events.process(move || hosts::BurstDetector::new(s.clone()), &[CONNECTION_STORE]);
+    let burst_alerts = events.process(
+        move || hosts::BurstDetector::new(s.clone()),
+        &[CONNECTION_STORE],
+    );
 
     machine_alerts
         .merge(&outlier_alerts)
