@@ -513,13 +513,14 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
         &[CONNECTION_STORE],
     );
 
-    machine_alerts
-        .merge(&outlier_alerts)
-        .merge(&sequence_alerts)
-        .merge(&burst_alerts)
-        .to(
-            params.get("alerts_topic"),
-            Produced::with(StringSerde, JsonSerde::<Alert>::new()),
-        );
+    // Each detection writes to the alerts topic itself: merging them first
+    // would join the usage, job and event paths into one sub-topology (and
+    // require the input topics to be co-partitioned).
+    let alerts_topic = params.get("alerts_topic");
+    let produced = || Produced::with(StringSerde, JsonSerde::<Alert>::new());
+    machine_alerts.to(alerts_topic, produced());
+    outlier_alerts.to(alerts_topic, produced());
+    sequence_alerts.to(alerts_topic, produced());
+    burst_alerts.to(alerts_topic, produced());
     builder.build()
 }
