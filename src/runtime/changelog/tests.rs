@@ -9,7 +9,7 @@ use super::*;
 use crate::driver::ProducedRecord;
 use crate::processor::{Headers, OutputKind, StoreSpec, TaskConfig};
 use crate::state::{InMemoryKeyValueStore, KeyValueStore, StoreError};
-use crate::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+use crate::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
 
 const TOPIC: &str = "app-counts-changelog";
 pub(crate) const TASK: TaskId = TaskId {
@@ -315,7 +315,7 @@ fn an_up_to_date_store_is_followed_from_the_end() {
 }
 
 /// Word count: sub-topology 1 counts into the logged store `counts`.
-pub(crate) fn word_count_task() -> TaskInstance {
+pub(crate) fn word_count() -> Topology {
     let builder = StreamsBuilder::new();
     builder
         .stream::<(), String>("lines", Consumed::new())
@@ -324,12 +324,21 @@ pub(crate) fn word_count_task() -> TaskInstance {
         .count(Materialized::as_("counts"))
         .to_stream()
         .to("counts-out", Produced::new());
-    let topology = Arc::new(builder.build().unwrap());
+    builder.build().unwrap()
+}
+
+/// Task `id` of `topology` with `config`, over fresh in-memory stores.
+pub(crate) fn memory_task(topology: Arc<Topology>, id: TaskId, config: TaskConfig) -> TaskInstance {
     let mut provider =
         |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
             Ok(Box::new(InMemoryKeyValueStore::new(spec.name)))
         };
-    TaskInstance::new(topology, TASK, TaskConfig::new("app"), &mut provider).unwrap()
+    TaskInstance::new(topology, id, config, &mut provider).unwrap()
+}
+
+/// Task [`TASK`] of [`word_count`].
+pub(crate) fn word_count_task() -> TaskInstance {
+    memory_task(Arc::new(word_count()), TASK, TaskConfig::new("app"))
 }
 
 pub(crate) fn count(task: &TaskInstance, word: &str) -> Option<i64> {

@@ -15,20 +15,16 @@ use super::commit::{CommitScope, commit, revoke};
 use super::producer::{ProducerTimeouts, StreamsProducer, TxnState};
 use super::tasks::{TaskCreator, TaskManager};
 use crate::processor::{
-    CollectorError, Headers, InputRecord, OutputKind, OutputRecord, RecordCollector, StoreSpec,
-    TaskConfig, TaskId, TaskInstance,
+    CollectorError, Headers, InputRecord, OutputKind, OutputRecord, RecordCollector, TaskConfig,
+    TaskId, TaskInstance,
 };
+use crate::runtime::changelog::tests::{TASK, memory_task, word_count};
 use crate::runtime::collector::ProducerEvents;
 use crate::runtime::topics::{TopicLayout, plan};
 use crate::runtime::{Recovery, StreamsError};
-use crate::state::{InMemoryKeyValueStore, KeyValueStore, StoreError};
-use crate::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
+use crate::topology::Topology;
 
 const REPARTITION: &str = "app-counts-repartition";
-const TASK: TaskId = TaskId {
-    subtopology: 1,
-    partition: 0,
-};
 
 /// Every call the fakes see, in order.
 type Log = Arc<Mutex<Vec<String>>>;
@@ -160,30 +156,13 @@ struct MemoryCreator {
 
 impl TaskCreator for MemoryCreator {
     fn create(&mut self, id: TaskId, _: Option<i64>) -> Result<TaskInstance, StreamsError> {
-        let mut provider =
-            |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
-                Ok(Box::new(InMemoryKeyValueStore::new(spec.name)))
-            };
-        Ok(TaskInstance::new(
+        Ok(memory_task(
             self.topology.clone(),
             id,
             TaskConfig::new("app"),
-            &mut provider,
-        )?)
+        ))
     }
     fn released(&mut self, _: TaskId) {}
-}
-
-fn word_count() -> Topology {
-    let builder = StreamsBuilder::new();
-    builder
-        .stream::<(), String>("lines", Consumed::new())
-        .flat_map_values(|l: String| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-        .group_by(|_, w: &String| w.clone(), Grouped::new())
-        .count(Materialized::as_("counts"))
-        .to_stream()
-        .to("counts-out", Produced::new());
-    builder.build().unwrap()
 }
 
 /// A task manager with one open word-count task, a transactional streams
@@ -550,11 +529,7 @@ impl RecordCollector for RefusingCollector {
 fn a_send_error_is_not_skipped_by_the_processing_handler_and_aborts() {
     let mut config = TaskConfig::new("app");
     config.processing_handler = crate::handler::ErrorHandling::LogAndContinue;
-    let mut provider =
-        |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
-            Ok(Box::new(InMemoryKeyValueStore::new(spec.name)))
-        };
-    let mut task = TaskInstance::new(Arc::new(word_count()), TASK, config, &mut provider).unwrap();
+    let mut task = memory_task(Arc::new(word_count()), TASK, config);
     task.initialize(0, &mut RefusingCollector).unwrap();
     let input = InputRecord {
         topic: REPARTITION,
