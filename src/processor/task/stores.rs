@@ -16,12 +16,7 @@ impl TaskInstance {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), TaskError> {
-        self.require(TaskState::Created, "restore")?;
-        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
-            task: self.id,
-            source: StoreError::UnknownStore(store.to_owned()),
-        })?;
-        let mut cell = slot.inner.borrow_mut();
+        let mut cell = self.restorable_store(store)?.inner.borrow_mut();
         cell.store
             .restore(key, value)
             .map_err(|source| TaskError::Store {
@@ -40,12 +35,7 @@ impl TaskInstance {
         records: &[ChangelogRecord<'_>],
         changelog_offset: i64,
     ) -> Result<(), TaskError> {
-        self.require(TaskState::Created, "restore")?;
-        let slot = self.store_slot(store).ok_or_else(|| TaskError::Store {
-            task: self.id,
-            source: StoreError::UnknownStore(store.to_owned()),
-        })?;
-        let mut cell = slot.inner.borrow_mut();
+        let mut cell = self.restorable_store(store)?.inner.borrow_mut();
         cell.store
             .state_mut()
             .restore_batch(records, changelog_offset)
@@ -53,6 +43,15 @@ impl TaskInstance {
                 task: self.id,
                 source,
             })
+    }
+
+    /// Store `store`, when the task may still restore (before `initialize`).
+    fn restorable_store(&self, store: &str) -> Result<&StoreSlot, TaskError> {
+        self.require(TaskState::Created, "restore")?;
+        self.store_slot(store).ok_or_else(|| TaskError::Store {
+            task: self.id,
+            source: StoreError::UnknownStore(store.to_owned()),
+        })
     }
 
     /// Restores the stream time the task had at its last commit (the

@@ -271,10 +271,7 @@ impl StreamThread {
         if self.producer.state() == producer::TxnState::InTransaction {
             self.meter.transaction_aborted();
         }
-        if let Err(e) = self.producer.abort() {
-            tracing::warn!(thread = self.index, error = %e, "aborting the transaction failed; retried before the tasks reopen");
-        }
-        self.tasks.abort_all();
+        commit::abort(&mut self.tasks, &mut self.producer);
     }
 
     fn close_tasks(&mut self) {
@@ -320,11 +317,9 @@ impl StreamThread {
             _ => {
                 tracing::warn!(thread = self.index, error = %error, ?recovery, "aborting the transaction and rewinding to the last commit");
                 self.abort();
-                let wipe = recovery == Recovery::TaskCorrupted;
-                let ids: Vec<_> = tasks::task_ids(&self.assignment, &self.env.layout);
                 self.close_tasks();
-                if wipe {
-                    for id in ids {
+                if recovery == Recovery::TaskCorrupted {
+                    for id in tasks::task_ids(&self.assignment, &self.env.layout) {
                         if let Err(e) = self.env.stores.wipe_task(id) {
                             tracing::warn!(task = %id, error = %e, "wiping the corrupt task failed");
                         }

@@ -264,6 +264,21 @@ impl Rig {
         commit(&mut self.tasks, &mut self.producer, &self.consumer, &scope).map(|_| ())
     }
 
+    fn revoke(&mut self, lost: bool) -> Result<(), StreamsError> {
+        let scope = CommitScope {
+            partitions: &self.layout.partitions,
+            layout: &self.layout,
+        };
+        revoke(
+            &mut self.tasks,
+            &mut self.producer,
+            &self.consumer,
+            &scope,
+            lost,
+            &mut self.creator,
+        )
+    }
+
     fn count(&self, word: &str) -> Option<i64> {
         let task = self.tasks.task(TASK).unwrap();
         task.read_store("counts", |store| store.get(word.as_bytes()))
@@ -458,19 +473,7 @@ fn a_lost_assignment_aborts_instead_of_committing() {
     let mut rig = Rig::new(true, Duration::from_secs(1));
     rig.process("a", 0);
     rig.take_log();
-    let scope = CommitScope {
-        partitions: &rig.layout.partitions,
-        layout: &rig.layout,
-    };
-    revoke(
-        &mut rig.tasks,
-        &mut rig.producer,
-        &rig.consumer,
-        &scope,
-        true,
-        &mut rig.creator,
-    )
-    .unwrap();
+    rig.revoke(true).unwrap();
     let log = rig.take_log();
     assert!(
         !log.iter().any(|l| l == "commit" || l == "send_offsets"),
@@ -488,19 +491,7 @@ fn a_revoke_commits_then_closes() {
     let mut rig = Rig::new(true, Duration::from_secs(1));
     rig.process("a", 0);
     rig.take_log();
-    let scope = CommitScope {
-        partitions: &rig.layout.partitions,
-        layout: &rig.layout,
-    };
-    revoke(
-        &mut rig.tasks,
-        &mut rig.producer,
-        &rig.consumer,
-        &scope,
-        false,
-        &mut rig.creator,
-    )
-    .unwrap();
+    rig.revoke(false).unwrap();
     assert_eq!(
         rig.take_log(),
         [
