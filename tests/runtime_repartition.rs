@@ -1,7 +1,7 @@
 //! Re-keying on the real broker: `events-by-type` (`select_key` →
 //! `group_by_key` → `count`) goes through its repartition topic, stays exact
 //! under exactly-once through 5 SIGKILLs, and the consumed part of the
-//! repartition topic is purged.
+//! repartition topic is purged (and only that: no time retention).
 
 mod common;
 
@@ -69,6 +69,12 @@ fn select_key_count_is_exact_through_five_sigkills_and_purges_its_repartition_to
     assert!(!restores.is_empty(), "restarted instances restored state");
 
     let repartition = format!("{}-by-field-repartition", f.app_id);
+    let config = common::broker().topic_config(&repartition);
+    assert_eq!(
+        config.get("retention.ms").map(String::as_str),
+        Some("-1"),
+        "only the purge deletes repartition records, never time"
+    );
     let state = purge_state(&repartition, &f.app_id);
     println!("repartition topic (low watermark, committed offset) per partition: {state:?}");
     let purged: i64 = state.iter().map(|(low, _)| low).sum();

@@ -8,7 +8,8 @@
 //! * a repartition topic gets as many partitions as the user topics read
 //!   by the same sub-topology (a join after a key change: co-partitioned
 //!   with the other side), else as the largest user source topic; it is
-//!   written and read by Weir only;
+//!   written and read by Weir only, and has `retention.ms=-1`: the purge
+//!   deletes what was consumed, time never deletes what was not;
 //! * a changelog topic `<application_id>-<store>-changelog` gets as many
 //!   partitions as its store's sub-topology has tasks, with
 //!   `cleanup.policy=compact`; the changelog of a window or session store
@@ -240,6 +241,12 @@ pub(crate) async fn create_internal_topics(
             vec![
                 ("cleanup.policy", "delete".into()),
                 ("segment.bytes", "52428800".into()),
+                // As Kafka Streams: consumed records are deleted by the
+                // purge (DeleteRecords up to the committed offsets), never
+                // by time: records carry their input's timestamps, and
+                // retention would delete unconsumed re-keyed records of
+                // input older than `retention.ms` (a replay of history).
+                ("retention.ms", "-1".into()),
             ],
         ));
     }

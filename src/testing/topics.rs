@@ -1,8 +1,9 @@
 //! Creating and deleting topics on the test broker.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -66,6 +67,30 @@ impl TestBroker {
                 );
             }
         }
+    }
+
+    /// The configuration of `topic` as the broker reports it (every entry,
+    /// defaults included).
+    ///
+    /// # Panics
+    ///
+    /// When the request fails.
+    pub fn topic_config(&self, topic: &str) -> BTreeMap<String, String> {
+        let admin = self.admin();
+        let options = AdminOptions::new().request_timeout(Some(TOPIC_TIMEOUT));
+        let resources = [ResourceSpecifier::Topic(topic)];
+        let results = block_on(|| admin.describe_configs(&resources, &options))
+            .unwrap_or_else(|e| panic!("describing topic {topic} failed: {e}"));
+        let resource = results
+            .into_iter()
+            .next()
+            .expect("one result per resource")
+            .unwrap_or_else(|e| panic!("describing topic {topic} failed: {e}"));
+        resource
+            .entries
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect()
     }
 
     fn admin(&self) -> AdminClient<DefaultClientContext> {
