@@ -49,9 +49,10 @@ enum Command {
     Generate {
         /// The topology's name (see `weir list`).
         topology: String,
-        /// Records to write.
-        #[arg(long, default_value_t = 10_000)]
-        count: u64,
+        /// Records to write (default: 10000, or one complete dataset for a
+        /// topology with a ground truth).
+        #[arg(long)]
+        count: Option<u64>,
         /// Records per second; 0 writes as fast as possible.
         #[arg(long, default_value_t = 0)]
         rate: u64,
@@ -67,6 +68,10 @@ enum Command {
         /// A topology parameter `topology.<param>=value` (topic names).
         #[arg(long = "set", value_name = "topology.PARAM=VALUE")]
         set: Vec<String>,
+        /// Write the ground truth (what was injected where, JSON) to this
+        /// file; for topologies whose samples carry injected anomalies.
+        #[arg(long)]
+        truth: Option<PathBuf>,
     },
     /// Reset an application: refuse while it runs; delete its consumer group
     /// (inputs are read again from the earliest offset), its changelog and
@@ -170,8 +175,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             partitions,
             bootstrap_servers,
             set,
+            truth,
         } => {
             let t = shipped(&topology)?;
+            if truth.is_some() && t.dataset.is_none() {
+                bail!("--truth: {} has no injected anomalies to write", t.name);
+            }
+            let count = count.unwrap_or_else(|| t.dataset.map_or(10_000, |d| (d.len)()));
             let mut given = BTreeMap::new();
             for s in &set {
                 let (k, v) = s
@@ -188,9 +198,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
             topics.extend(t.output_topics(&params));
             let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
             tools::ensure_topics(&bootstrap_servers, &refs, partitions)?;
-            let written =
-                tools::generate(&bootstrap_servers, &inputs[0], t.sample, start, count, rate)?;
-            eprintln!("weir: wrote {written} records to {}", inputs[0]);
+            // A dataset's event times end now (see `shift_to_end_at`).
+            let shift = t.dataset.map_or(0, |d| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                (d.shift_to_end_at)(now, start, count)
+            });
+            if let (Some(path), Some(dataset)) = (&truth, t.dataset) {
+                let json = serde_json::to_string_pretty(&(dataset.truth)(start, count, shift))?;
+                std::fs::write(path, json + "\n")
+                    .with_context(|| format!("--truth: writing {}", path.display()))?;
+            }
+            let input_of = t.dataset.map(|d| d.input_of);
+            let sample = |i| match t.dataset {
+                Some(d) => (d.sample_at)(i, shift),
+                None => (t.sample)(i),
+            };
+            let samples = tools::Samples {
+                sample: &sample,
+                input_of,
+                start,
+                count,
+                rate,
+            };
+            let written = tools::generate(&bootstrap_servers, &inputs, &samples)?;
+            eprintln!("weir: wrote {written} records to {}", inputs.join(", "));
         }
         Command::Reset {
             application_id,

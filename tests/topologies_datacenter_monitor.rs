@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
 use weir::serdes::{JsonSerde, StringSerde};
-use weir::topologies::datacenter_monitor::generate::{Dataset, Spec, generate};
+use weir::topologies::datacenter_monitor::generate::{self, Dataset, Spec, generate};
 use weir::topologies::datacenter_monitor::{Alert, Rule, SystemEvent, TaskUsage, build};
 
 fn driver() -> TopologyTestDriver {
@@ -118,4 +118,51 @@ fn a_task_restart_midway_gives_the_same_alerts() {
     let straight = run(&d, None);
     let restarted = run(&d, Some((d.usage.len() + d.events.len()) / 2));
     assert_eq!(counts(&straight), counts(&restarted));
+}
+
+#[test]
+fn the_generated_samples_alert_exactly_their_ground_truth() {
+    // What `weir generate datacenter-monitor` writes, twice over (the
+    // second repetition shifted in time), routed to both input topics.
+    let t = weir::topologies::find("datacenter-monitor").unwrap();
+    let dataset = t.dataset.expect("datacenter-monitor has a ground truth");
+    let n = (dataset.len)();
+    let mut driver = driver();
+    let params = t.params(&Default::default()).unwrap();
+    let inputs = t.input_topics(&params);
+    let headers = weir::processor::Headers::new();
+    let mut routed = [0u64; 2];
+    for i in 0..2 * n {
+        let (key, value) = (t.sample)(i);
+        let input = (dataset.input_of)(i);
+        routed[input] += 1;
+        driver
+            .pipe_raw(&inputs[input], key.as_deref(), Some(&value), 0, &headers)
+            .unwrap();
+    }
+    assert!(
+        routed.iter().all(|&r| r > 0),
+        "both topics get samples: {routed:?}"
+    );
+    let truth = generate::sample_truth(0, 2 * n);
+    assert_eq!(
+        truth.len(),
+        2 * generate::KINDS.len() * 3,
+        "two repetitions' anomalies"
+    );
+    assert!(
+        generate::sample_truth(1, 2 * n).len() < truth.len(),
+        "partial repetitions are left out"
+    );
+    let alerts = TestOutputTopic::new("alerts", StringSerde, JsonSerde::<Alert>::new());
+    let got = counts(
+        &driver
+            .read_records(&alerts)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.value)
+            .collect::<Vec<_>>(),
+    );
+    let expected: BTreeMap<Identity, usize> = truth.iter().map(|t| (t.identity(), 1)).collect();
+    assert_eq!(got, expected, "every injected anomaly once, nothing else");
 }

@@ -55,6 +55,7 @@ pub const EVENTS_BY_TYPE: ShippedTopology = ShippedTopology {
     output_params: &["output_topic"],
     build,
     sample,
+    dataset: None,
 };
 
 /// The counting key of `event` for `field`. See the module docs.

@@ -29,12 +29,36 @@ pub struct ShippedTopology {
     pub output_params: &'static [&'static str],
     /// Builds the topology with checked parameters.
     pub build: fn(&Params) -> Result<Topology, TopologyError>,
-    /// Makes sample input record `i`.
+    /// Makes sample input record `i` (for the first input topic, unless
+    /// `dataset` says otherwise).
     pub sample: SampleFn,
+    /// For topologies whose samples span several input topics and carry
+    /// injected patterns: where each sample goes and what was injected.
+    pub dataset: Option<&'static SampleDataset>,
 }
 
 /// Makes sample input record `i` as (key, value) bytes; a `None` key is a null key.
 pub type SampleFn = fn(u64) -> (Option<Vec<u8>>, Vec<u8>);
+
+/// Samples that span several input topics and come with a ground truth.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleDataset {
+    /// The input topic of sample `i`: an index into `input_params`.
+    pub input_of: fn(u64) -> usize,
+    /// Samples in one complete dataset (what `weir generate` writes by default).
+    pub len: fn() -> u64,
+    /// Sample `i` with its event times moved by a shift (ms).
+    pub sample_at: fn(u64, i64) -> (Option<Vec<u8>>, Vec<u8>),
+    /// The ground truth of samples `start..start + count` shifted by
+    /// `shift_ms`, as JSON: what was injected in the complete datasets
+    /// among them.
+    pub truth: fn(u64, u64, i64) -> serde_json::Value,
+    /// The shift under which samples `start..start + count` end at
+    /// wall-clock time `now_ms` (`weir generate` writes current event
+    /// times: the broker's time retention deletes records, and records
+    /// derived from them, whose timestamps are older than `retention.ms`).
+    pub shift_to_end_at: fn(i64, u64, u64) -> i64,
+}
 
 /// A parameter of a shipped topology.
 #[derive(Clone, Copy, Debug)]

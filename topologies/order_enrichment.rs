@@ -116,6 +116,7 @@ pub const ORDER_ENRICHMENT: ShippedTopology = ShippedTopology {
     output_params: &["output_topic"],
     build,
     sample,
+    dataset: None,
 };
 
 /// Builds the order-enrichment topology.

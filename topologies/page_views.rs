@@ -85,6 +85,7 @@ pub const PAGE_VIEWS: ShippedTopology = ShippedTopology {
     output_params: &["output_topic", "late_topic"],
     build,
     sample,
+    dataset: None,
 };
 
 /// One page view: the input value.

@@ -38,6 +38,7 @@ pub const WORD_COUNT: ShippedTopology = ShippedTopology {
     output_params: &["output_topic"],
     build,
     sample,
+    dataset: None,
 };
 
 /// Builds the word-count topology.

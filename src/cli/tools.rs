@@ -73,16 +73,36 @@ pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Resul
     Ok(())
 }
 
-/// Writes records `start..start+count` made by `sample` to `topic`, at
-/// `rate` records per second (0: as fast as possible). Returns the count written.
+/// Sample records to write: `start..start+count` made by `sample`, at
+/// `rate` records per second (0: as fast as possible).
+#[derive(Clone, Copy)]
+pub struct Samples<'a> {
+    /// Makes record `i`.
+    pub sample: &'a dyn Fn(u64) -> (Option<Vec<u8>>, Vec<u8>),
+    /// The topic (an index into the topics given) of record `i`; all to
+    /// the first when `None`.
+    pub input_of: Option<fn(u64) -> usize>,
+    /// The first record.
+    pub start: u64,
+    /// Records to write.
+    pub count: u64,
+    /// Records per second; 0: as fast as possible.
+    pub rate: u64,
+}
+
+/// Writes `samples` to `topics`. Returns the count written.
 pub fn generate(
     bootstrap: &str,
-    topic: &str,
-    sample: weir::topologies::SampleFn,
-    start: u64,
-    count: u64,
-    rate: u64,
+    topics: &[String],
+    samples: &Samples<'_>,
 ) -> Result<u64, ToolError> {
+    let Samples {
+        sample,
+        input_of,
+        start,
+        count,
+        rate,
+    } = *samples;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
@@ -99,6 +119,7 @@ pub fn generate(
             }
         }
         let (key, value) = sample(i);
+        let topic = &topics[input_of.map_or(0, |f| f(i))];
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(&value);
         if let Some(k) = key.as_deref() {
             record = record.key(k);

@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{Object, Operation, Process, Rule, SystemEvent, TaskUsage};
+use crate::topologies::SampleDataset;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -574,21 +575,140 @@ fn events(spec: &Spec, injections: &[(Anomaly, u32, u32, u32)]) -> Vec<SystemEve
     out
 }
 
-/// The default dataset (built once).
-pub fn default_dataset() -> &'static Dataset {
-    static DATASET: OnceLock<Dataset> = OnceLock::new();
-    DATASET.get_or_init(|| generate(&Spec::default()))
+/// The dataset `weir generate datacenter-monitor` writes: 40 machines
+/// (and hosts), 24 jobs, 30 minutes, 3 anomalies of every kind.
+pub fn sample_spec() -> Spec {
+    Spec {
+        machines: 40,
+        jobs: 24,
+        per_kind: 3,
+        ..Spec::default()
+    }
 }
 
-/// Sample usage record `i` (key: machine): the default dataset's usage
-/// samples, repeated with event times shifted by the dataset's span.
-pub fn sample(i: u64) -> (Option<Vec<u8>>, Vec<u8>) {
-    let d = default_dataset();
-    let n = d.usage.len() as u64;
-    let mut u = d.usage[(i % n) as usize].clone();
-    let shift = (i / n) as i64 * i64::from(Spec::default().minutes) * 60_000;
-    u.start_time += shift;
-    u.end_time += shift;
-    let value = serde_json::to_vec(&u).expect("a TaskUsage always serializes");
-    (Some(u.machine_id.into_bytes()), value)
+/// The sample dataset with both topics merged in event-time order: the
+/// input (0: usage, 1: events) and index of each record.
+struct SampleStream {
+    dataset: Dataset,
+    order: Vec<(u8, u32)>,
+    span_ms: i64,
 }
+
+fn sample_stream() -> &'static SampleStream {
+    static STREAM: OnceLock<SampleStream> = OnceLock::new();
+    STREAM.get_or_init(|| {
+        let spec = sample_spec();
+        let dataset = generate(&spec);
+        let (usage, events) = (&dataset.usage, &dataset.events);
+        let mut order = Vec::with_capacity(usage.len() + events.len());
+        let (mut u, mut e) = (0, 0);
+        while u < usage.len() || e < events.len() {
+            if e >= events.len() || (u < usage.len() && usage[u].start_time <= events[e].ts) {
+                order.push((0, u as u32));
+                u += 1;
+            } else {
+                order.push((1, e as u32));
+                e += 1;
+            }
+        }
+        SampleStream {
+            dataset,
+            order,
+            span_ms: i64::from(spec.minutes) * 60_000,
+        }
+    })
+}
+
+/// Where sample `i` comes from: its input, its index and the event-time
+/// shift of its repetition (the dataset repeats, shifted by its span).
+fn locate(i: u64) -> (u8, usize, i64) {
+    let s = sample_stream();
+    let n = s.order.len() as u64;
+    let (input, index) = s.order[(i % n) as usize];
+    (input, index as usize, (i / n) as i64 * s.span_ms)
+}
+
+/// Sample record `i`: the [`sample_spec`] dataset's usage samples and
+/// system events merged in event-time order, repeated with event times
+/// shifted by the dataset's span. Key: the machine or host.
+pub fn sample(i: u64) -> (Option<Vec<u8>>, Vec<u8>) {
+    sample_at(i, 0)
+}
+
+/// [`sample`] with every event time moved by `shift_ms` more.
+pub fn sample_at(i: u64, shift_ms: i64) -> (Option<Vec<u8>>, Vec<u8>) {
+    let (input, index, repetition) = locate(i);
+    let shift = repetition + shift_ms;
+    let d = &sample_stream().dataset;
+    let (key, value) = if input == 0 {
+        let mut u = d.usage[index].clone();
+        u.start_time += shift;
+        u.end_time += shift;
+        (u.machine_id.clone(), serde_json::to_vec(&u))
+    } else {
+        let mut e = d.events[index].clone();
+        e.ts += shift;
+        (e.host.clone(), serde_json::to_vec(&e))
+    };
+    let value = value.expect("generated records always serialize");
+    (Some(key.into_bytes()), value)
+}
+
+/// The event-time shift (whole minutes) under which samples
+/// `start..start + count` end at wall-clock time `now_ms`: their
+/// repetitions of the dataset replay the time just before now. Written
+/// with current event times, the records (and the alerts and changelog
+/// records derived from them) are not deleted by the broker's time
+/// retention, as records from the dataset's fixed 2023 dates would be.
+pub fn shift_to_end_at(now_ms: i64, start: u64, count: u64) -> i64 {
+    let s = sample_stream();
+    let n = s.order.len() as u64;
+    let last = (start + count.max(1) - 1) / n;
+    let end = sample_spec().start_ms + (last as i64 + 1) * s.span_ms;
+    let now_minute = now_ms - now_ms.rem_euclid(60_000);
+    now_minute - end
+}
+
+/// The input of sample `i`: 0 for task usage, 1 for system events.
+fn sample_input(i: u64) -> usize {
+    usize::from(locate(i).0)
+}
+
+fn sample_len() -> u64 {
+    sample_stream().order.len() as u64
+}
+
+/// What was injected in samples `start..start + count`: the anomalies of
+/// every repetition of the dataset wholly among them, shifted with it.
+pub fn sample_truth(start: u64, count: u64) -> Vec<Injected> {
+    sample_truth_at(start, count, 0)
+}
+
+/// [`sample_truth`] of [`sample_at`]`(_, shift_ms)`.
+pub fn sample_truth_at(start: u64, count: u64, shift_ms: i64) -> Vec<Injected> {
+    let s = sample_stream();
+    let n = s.order.len() as u64;
+    let end = start + count;
+    (start.div_ceil(n)..end / n)
+        .flat_map(|r| {
+            s.dataset.truth.iter().map(move |t| Injected {
+                window_start: t.window_start + r as i64 * s.span_ms + shift_ms,
+                ..t.clone()
+            })
+        })
+        .collect()
+}
+
+fn sample_truth_json(start: u64, count: u64, shift_ms: i64) -> serde_json::Value {
+    serde_json::to_value(sample_truth_at(start, count, shift_ms))
+        .expect("the truth always serializes")
+}
+
+/// The samples' topics and ground truth for `weir generate`.
+pub const SAMPLE_DATASET: SampleDataset = SampleDataset {
+    input_of: sample_input,
+    len: sample_len,
+    sample_at,
+    truth: sample_truth_json,
+    shift_to_end_at,
+};

@@ -434,6 +434,7 @@ pub const DATACENTER_MONITOR: ShippedTopology = ShippedTopology {
     output_params: &["alerts_topic"],
     build,
     sample: generate::sample,
+    dataset: Some(&generate::SAMPLE_DATASET),
 };
 
 /// Builds the datacenter-monitor topology.
