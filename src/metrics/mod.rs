@@ -92,6 +92,7 @@ pub struct Metrics {
     pub(crate) standby_applied: IntCounter,
     pub(crate) standby_takeovers: IntCounter,
     pub(crate) consumer_lag: IntGaugeVec,
+    pub(crate) produced: IntCounterVec,
 }
 
 /// Latency buckets from 100 µs to about 105 s, doubling.
@@ -204,7 +205,7 @@ impl Metrics {
             ),
             rebalance_seconds: histogram(
                 "weir_rebalance_duration_seconds",
-                "Time from revocation (or joining) to the end of restoring the new tasks.",
+                "Time from revocation (or joining) until the new tasks are created; their stores restore afterwards, between processing rounds (weir_restore_*).",
                 t,
                 latency_buckets(),
             ),
@@ -267,6 +268,11 @@ impl Metrics {
                 "weir_consumer_lag_records",
                 "Records between the consumer's position and the end of the partition (last stable offset under exactly-once), from librdkafka statistics.",
                 &["topic", "partition"],
+            ),
+            produced: counter(
+                "weir_produced_records_total",
+                "Records the broker acknowledged on output topics (sinks, repartition and dead-letter topics; not changelogs), by topic. Under exactly-once, records of aborted transactions are included.",
+                &["topic"],
             ),
             registry: registry.clone(),
             families: Vec::new(),
@@ -333,7 +339,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 23, "{names:?}");
+        assert_eq!(metrics.families.len(), 24, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

@@ -223,7 +223,7 @@ impl ThreadMeter {
         self.rebalance_started.get_or_insert_with(Instant::now);
     }
 
-    /// The thread's new tasks are restored and initialized.
+    /// The thread's new tasks are created (they restore afterwards).
     pub fn rebalance_finished(&mut self) {
         if let Some(started) = self.rebalance_started.take() {
             self.rebalances.inc();

@@ -26,9 +26,26 @@ pub(crate) struct ProducerEvents {
     changelog_offsets: Mutex<HashMap<String, HashMap<i32, i64>>>,
     /// The first delivery error since the last [`ProducerEvents::take_error`].
     error: Mutex<Option<KafkaError>>,
+    /// Counts acknowledged output records by topic (when metered).
+    produced: Option<prometheus::IntCounterVec>,
 }
 
 impl ProducerEvents {
+    /// Events that count acknowledged output records in `produced`.
+    pub(crate) fn metered(produced: prometheus::IntCounterVec) -> Self {
+        ProducerEvents {
+            produced: Some(produced),
+            ..ProducerEvents::default()
+        }
+    }
+
+    /// Records that an output (non-changelog) record of `topic` was delivered.
+    fn output_delivered(&self, topic: &str) {
+        if let Some(produced) = &self.produced {
+            produced.with_label_values(&[topic]).inc();
+        }
+    }
+
     /// The offset of the last delivered record of `topic`/`partition`.
     pub(crate) fn changelog_offset(&self, topic: &str, partition: i32) -> Option<i64> {
         let map = self.changelog_offsets.lock().expect("producer events lock");
@@ -93,7 +110,7 @@ impl ProducerContext for ProducerEventsContext {
                     message.offset(),
                 );
             }
-            Ok(_) => {}
+            Ok(message) => self.events.output_delivered(message.topic()),
             Err((
                 KafkaError::MessageProduction(
                     RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,

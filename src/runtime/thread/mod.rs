@@ -141,8 +141,9 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         .then(|| format!("{}-{process_id}-{index}", config.application_id));
     let factory = {
         let config = config.clone();
+        let produced = env.metrics.produced.clone();
         Box::new(move || {
-            let events = Arc::new(ProducerEvents::default());
+            let events = Arc::new(ProducerEvents::metered(produced.clone()));
             super::clients::producer(&config, transactional_id.as_deref(), events)
         })
     };
