@@ -98,13 +98,43 @@ pub(crate) fn consumer<C: ConsumerContext>(
 pub(crate) fn restore_consumer<C: ConsumerContext + Default + 'static>(
     config: &StreamsConfig,
 ) -> Result<BaseConsumer<C>, StreamsError> {
+    restore_config(config)
+        .create_with_context(C::default())
+        .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
+}
+
+/// How long the broker may hold a fetch of the active tasks' restore
+/// consumer that finds no records. Under exactly-once a changelog ends with a
+/// transaction marker, so a store that is already current still reads
+/// (nothing) up to the high watermark, and the end of the partition is only
+/// reported by a fetch that comes back empty: with the default 500 ms each
+/// current store of a moved task cost about a second. That consumer is
+/// assigned only while it restores, so short fetches do not spin while idle.
+const ACTIVE_RESTORE_FETCH_WAIT_MS: &str = "10";
+
+/// The restore consumer of a stream thread's active tasks: as
+/// [`restore_consumer`], with short fetch waits so that reaching the end of a
+/// partition is seen at once ([`ACTIVE_RESTORE_FETCH_WAIT_MS`]). A
+/// `fetch.wait.max.ms` set in the configuration still wins.
+pub(crate) fn active_restore_consumer<C: ConsumerContext + Default + 'static>(
+    config: &StreamsConfig,
+) -> Result<BaseConsumer<C>, StreamsError> {
+    let mut c = restore_config(config);
+    let key = "fetch.wait.max.ms";
+    if !config.consumer_overrides.contains_key(key) && !config.client_overrides.contains_key(key) {
+        c.set("fetch.wait.max.ms", ACTIVE_RESTORE_FETCH_WAIT_MS);
+    }
+    c.create_with_context(C::default())
+        .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
+}
+
+fn restore_config(config: &StreamsConfig) -> ClientConfig {
     let mut c = base(config, &config.consumer_overrides);
     c.set("group.id", format!("{}-restore", config.application_id))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    c.create_with_context(C::default())
-        .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
+    c
 }
 
 /// The producer of a stream thread; transactional when `transactional_id` is given.

@@ -260,9 +260,9 @@ pub(crate) fn run(
     process_id: String,
 ) -> Result<(), StreamsError> {
     let config = &env.config;
-    let consumer: RestoreConsumer = super::clients::restore_consumer(config)?;
+    let consumer: Arc<RestoreConsumer> = Arc::new(super::clients::restore_consumer(config)?);
     registry.lock().metrics = Some(env.metrics.clone());
-    let mut reader = ChangelogReader::new(KafkaChangelog::new(&consumer), ReadMode::Follow);
+    let mut reader = ChangelogReader::new(KafkaChangelog::new(consumer.clone()), ReadMode::Follow);
     let logged: BTreeSet<u32> = env
         .topology
         .subtopologies

@@ -1,6 +1,7 @@
 //! [`KafkaChangelog`]: changelog records from the broker.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
@@ -21,15 +22,15 @@ use crate::runtime::end_of_partition::RestoreConsumer;
 /// of partition `p` is taken as the end of `p` of every assigned topic. A
 /// reader that relies on ends ([`super::ReadMode::ToEnd`]) therefore reads
 /// one partition at a time, as the restore does.
-pub(crate) struct KafkaChangelog<'c> {
-    consumer: &'c RestoreConsumer,
+pub(crate) struct KafkaChangelog {
+    consumer: Arc<RestoreConsumer>,
     /// topic → (partition, part) of what is assigned.
     parts: HashMap<String, Vec<(i32, usize)>>,
 }
 
-impl<'c> KafkaChangelog<'c> {
+impl KafkaChangelog {
     /// A source reading through `consumer`, which it assigns and unassigns.
-    pub(crate) fn new(consumer: &'c RestoreConsumer) -> Self {
+    pub(crate) fn new(consumer: Arc<RestoreConsumer>) -> Self {
         KafkaChangelog {
             consumer,
             parts: HashMap::new(),
@@ -45,7 +46,7 @@ impl<'c> KafkaChangelog<'c> {
     }
 }
 
-impl ChangelogSource for KafkaChangelog<'_> {
+impl ChangelogSource for KafkaChangelog {
     fn watermarks(
         &mut self,
         topic: &str,

@@ -14,7 +14,7 @@
 //!   the classification of producer errors;
 //! * [`tasks::TaskManager`] — the active tasks and their consumed offsets;
 //! * `commit.rs` — the commit protocol over those two;
-//! * `creator.rs` — opening a task: standby take-over, restore, stream time;
+//! * `creator.rs` — opening a task: standby take-over, restore in slices;
 //! * `rebalance.rs` — librdkafka's rebalance callbacks.
 //!
 //! # States
@@ -45,9 +45,13 @@
 //!   an older generation is dropped unprocessed (the consumer fetches those
 //!   partitions again from the committed offsets).
 //! * On revoke the callback commits (or aborts when the assignment was lost)
-//!   and closes every task **before it returns**; on assign it creates the
-//!   tasks, restores their stores from the changelog tail, and initializes
-//!   them before processing starts.
+//!   and closes every task **before it returns**; on assign it only creates
+//!   the tasks. They restore their stores from the changelog tail in slices
+//!   (at most [`RESTORE_SLICE`] and [`RESTORE_SLICE_RECORDS`] each) between
+//!   the loop's processing rounds, so running tasks keep going and `poll`
+//!   is never blocked by a restore; a task is initialized and processed
+//!   only once all its stores are current. Records of a restoring task's
+//!   partitions wait in its buffers (which pause the partition when full).
 //! * Exactly-once: a transaction is begun before the first record of a
 //!   commit interval is processed; the commit follows `commit.rs`. Whatever
 //!   aborts drops the tasks' open store writes and closes them; they reopen
@@ -86,6 +90,7 @@ use self::producer::{ProducerTimeouts, StreamsProducer};
 use self::tasks::TaskManager;
 use super::collector::{ProducerEvents, ThreadProducer};
 use super::purge::PurgeOffsets;
+use super::restore::RestoreBudget;
 use super::{AppState, Recovery, StreamsError};
 use crate::metrics::{LagMeter, ThreadMeter};
 
@@ -95,6 +100,10 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 const OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait between two recovery attempts.
 const MAX_RECOVERY_BACKOFF: Duration = Duration::from_secs(5);
+/// The most time one restore slice takes between two processing rounds.
+const RESTORE_SLICE: Duration = Duration::from_millis(100);
+/// The most changelog records one restore slice applies.
+const RESTORE_SLICE_RECORDS: u64 = 50_000;
 
 /// One stream thread's state; see the module docs.
 pub(crate) struct StreamThread {
@@ -155,10 +164,10 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
             retry_for: producer::RETRY_FOR,
         },
     )?;
-    let creator = ActiveTaskCreator {
-        env: env.clone(),
-        restore_consumer: super::clients::restore_consumer(config)?,
-    };
+    let creator = ActiveTaskCreator::new(
+        env.clone(),
+        super::clients::active_restore_consumer(config)?,
+    );
     let thread: Shared = Arc::new(Mutex::new(StreamThread {
         env: env.clone(),
         index,
@@ -282,8 +291,9 @@ impl StreamThread {
         self.tasks.close_all(&mut self.creator);
     }
 
-    /// Creates, restores and initializes the tasks of the current
-    /// assignment, each from the stream time of the last commit.
+    /// Creates the tasks of the current assignment; they restore in slices
+    /// between processing rounds ([`StreamThread::restore_slice`]) and
+    /// start from the stream time of the last commit.
     fn open_tasks(
         &mut self,
         consumer: &impl GroupConsumer<Group = ConsumerGroupMetadata>,
@@ -294,16 +304,24 @@ impl StreamThread {
             &self.assignment,
             &self.env.layout,
         )?;
+        self.tasks.open(&ids, &stream_times, &mut self.creator)
+    }
+
+    /// Restores the restoring tasks for one slice of time and records;
+    /// those that become current are initialized and run from the next
+    /// round on.
+    fn restore_slice(&mut self) -> Result<(), StreamsError> {
         // Initializing may emit records (punctuators, init writes).
         self.producer.begin_if_needed()?;
         let mut collector = self.producer.collector(&self.env.layout.partitions);
-        self.tasks.open(
-            &ids,
-            &stream_times,
+        let mut budget = RestoreBudget::new(RESTORE_SLICE, RESTORE_SLICE_RECORDS);
+        self.tasks.restore(
             &mut self.creator,
+            &mut budget,
             wall_clock_ms(),
             &mut collector,
-        )
+        )?;
+        Ok(())
     }
 
     /// Acts on an error of a step that could not complete, by its recovery

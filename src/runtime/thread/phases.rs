@@ -75,11 +75,11 @@ pub(super) fn main_loop(
         polling_errors: PollErrors::default(),
     };
     while !env.shutdown.load(Ordering::SeqCst) {
-        let (generation, index) = {
+        let (generation, index, restoring) = {
             let t = lock(thread);
-            (t.generation, t.index)
+            (t.generation, t.index, t.tasks.restoring() > 0)
         };
-        poll(env, consumer, &mut state, index)?;
+        poll(env, consumer, &mut state, index, restoring)?;
         let mut t = lock(thread);
         t.meter.poll_done(state.poll_started);
         if let Some(e) = t.fatal.take() {
@@ -134,6 +134,9 @@ fn run_phases<'c>(
     // What the tasks could not take now (they wait for an empty
     // partition) stays buffered; a partition at the bound stops fetching.
     set_paused(consumer, &state.buffers.take_full(&env.buffer_stats), true);
+    if t.tasks.restoring() > 0 {
+        t.restore_slice()?;
+    }
     punctuate(t)?;
     t.meter.batch_done(t.tasks.metrics());
     maybe_commit(env, t, consumer, state)
@@ -141,17 +144,19 @@ fn run_phases<'c>(
 
 /// Polls up to [`MAX_BATCH`] records; transient errors are logged (rate
 /// limited) and polling goes on; errors that are not transient are returned.
+/// While tasks restore, polling does not wait (the restore slice does).
 fn poll<'c>(
     env: &ThreadEnv,
     consumer: &'c BaseConsumer<RebalanceContext>,
     state: &mut LoopState<'c>,
     index: usize,
+    restoring: bool,
 ) -> Result<(), StreamsError> {
     let poll_timeout = Duration::from_millis(env.config.poll_ms);
     let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
     let buffers = &state.buffers;
     // Don't wait when buffered records can be processed right away.
-    let timeout = if buffers.len() > 0 && !buffers.waiting() {
+    let timeout = if restoring || (buffers.len() > 0 && !buffers.waiting()) {
         Duration::ZERO
     } else if buffers.waiting() {
         poll_timeout.min(max_idle)

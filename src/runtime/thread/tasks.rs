@@ -7,49 +7,77 @@
 //! * `offsets` holds, per input partition, the offset after the last record
 //!   processed since the last commit; it is cleared by a commit and by an
 //!   abort, never otherwise.
-//! * A task is in `tasks` only when it was created, restored and
-//!   initialized; tasks leave it only through [`TaskManager::close_all`],
-//!   which also hands them back to the [`TaskCreator`].
+//! * An assigned task is first in `restoring` (created, stores possibly
+//!   behind their changelogs), then in `tasks` once every store is current
+//!   and it was initialized; only tasks in `tasks` are processed, punctuated
+//!   and committed. Tasks leave both only through
+//!   [`TaskManager::close_all`], which also hands them back to the
+//!   [`TaskCreator`].
 //! * [`TaskManager::abort_all`] drops every task's uncommitted store writes:
 //!   after it, stores hold exactly what the last commit wrote.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::processor::{InputRecord, RecordCollector, TaskId, TaskInstance, TaskMetrics};
-use crate::runtime::StreamsError;
+use crate::runtime::restore::RestoreBudget;
 use crate::runtime::topics::TopicLayout;
+use crate::runtime::{Recovery, StreamsError};
 
 /// topic → partition → next offset to commit (last processed + 1).
 pub(crate) type ConsumedOffsets = HashMap<String, HashMap<i32, i64>>;
 
-/// Creates the tasks a thread is assigned (Kafka Streams' task creator).
+/// Creates and restores the tasks a thread is assigned (Kafka Streams' task
+/// creator and state updater).
 pub(crate) trait TaskCreator {
-    /// Creates task `id` and restores its stores: the result is ready to be
-    /// initialized. `stream_time` is the stream time of the last commit.
-    fn create(
+    /// Creates task `id` from local state (or a standby copy); its stores
+    /// may still be behind their changelogs.
+    fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError>;
+    /// Restores `task`'s stores within `budget`; true once all are current.
+    fn restore(
         &mut self,
-        id: TaskId,
-        stream_time: Option<i64>,
-    ) -> Result<TaskInstance, StreamsError>;
+        task: &mut TaskInstance,
+        budget: &mut RestoreBudget,
+    ) -> Result<bool, StreamsError>;
+    /// `task` is about to close while restoring: keep what was restored.
+    fn closing(&mut self, task: &mut TaskInstance);
+    /// Deletes the local state of task `id` (closed).
+    fn wipe(&mut self, id: TaskId) -> Result<(), StreamsError>;
     /// Task `id` was closed (or failed to open): the thread no longer owns it.
     fn released(&mut self, id: TaskId);
+}
+
+/// A task whose stores are being restored: it is processed only once all
+/// of them are current.
+struct Restoring {
+    task: TaskInstance,
+    /// The stream time of the last commit.
+    stream_time: Option<i64>,
+    /// Its local state was wiped once already (corrupt).
+    wiped: bool,
 }
 
 /// A stream thread's active tasks; see the module docs.
 #[derive(Default)]
 pub(crate) struct TaskManager {
     tasks: BTreeMap<TaskId, TaskInstance>,
+    /// Assigned tasks still restoring, in the order they are restored.
+    restoring: VecDeque<Restoring>,
     offsets: ConsumedOffsets,
     /// Something was processed or punctuated since the last commit.
     commit_needed: bool,
 }
 
 impl TaskManager {
-    /// The number of active tasks.
+    /// The number of tasks, running and restoring.
     pub(crate) fn len(&self) -> usize {
-        self.tasks.len()
+        self.tasks.len() + self.restoring.len()
+    }
+
+    /// The number of tasks still restoring.
+    pub(crate) fn restoring(&self) -> usize {
+        self.restoring.len()
     }
 
     /// Whether anything was processed or punctuated since the last commit.
@@ -154,9 +182,16 @@ impl TaskManager {
         self.commit_needed = false;
     }
 
-    /// Closes every task and hands it back to `creator`.
+    /// Closes every task, running or restoring, and hands it back to
+    /// `creator`.
     pub(crate) fn close_all(&mut self, creator: &mut dyn TaskCreator) {
-        for (id, mut task) in std::mem::take(&mut self.tasks) {
+        let mut closing: Vec<(TaskId, TaskInstance)> =
+            std::mem::take(&mut self.tasks).into_iter().collect();
+        for mut r in std::mem::take(&mut self.restoring) {
+            creator.closing(&mut r.task);
+            closing.push((r.task.id(), r.task));
+        }
+        for (id, mut task) in closing {
             if let Err(e) = task.close() {
                 tracing::warn!(task = %id, error = %e, "closing task failed");
             }
@@ -166,29 +201,105 @@ impl TaskManager {
         self.commit_needed = false;
     }
 
-    /// Creates, restores and initializes tasks `ids` (with the stream times
-    /// of the last commit) at wall-clock time `now_ms`. Tasks opened before
-    /// an error stay open.
+    /// Creates tasks `ids` (those not open yet); they restore before they
+    /// run ([`TaskManager::restore`]), then start from the stream times of
+    /// the last commit. Tasks created before an error stay.
     pub(crate) fn open(
         &mut self,
         ids: &[TaskId],
         stream_times: &HashMap<TaskId, i64>,
         creator: &mut dyn TaskCreator,
+    ) -> Result<(), StreamsError> {
+        for &id in ids {
+            let open =
+                self.tasks.contains_key(&id) || self.restoring.iter().any(|r| r.task.id() == id);
+            if open {
+                continue;
+            }
+            self.restoring.push_back(Restoring {
+                task: creator.create(id)?,
+                stream_time: stream_times.get(&id).copied(),
+                wiped: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Restores the restoring tasks, one after the other, within `budget`
+    /// (a task the budget ran out on goes to the back of the queue);
+    /// each task whose stores are all current is initialized (at wall-clock
+    /// time `now_ms`) and runs from then on. A task found corrupt is wiped
+    /// and restored from scratch, once. Returns the tasks that started.
+    pub(crate) fn restore(
+        &mut self,
+        creator: &mut dyn TaskCreator,
+        budget: &mut RestoreBudget,
+        now_ms: i64,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<usize, StreamsError> {
+        let mut started = 0;
+        while let Some(head) = self.restoring.front_mut() {
+            match creator.restore(&mut head.task, budget) {
+                Ok(false) => {
+                    // Its slice is spent: the others go first next time,
+                    // so a long restore does not hold back the short ones.
+                    self.restoring.rotate_left(1);
+                    break;
+                }
+                Ok(true) => {
+                    let done = self.restoring.pop_front().expect("the head");
+                    self.start(done, creator, now_ms, collector)?;
+                    started += 1;
+                }
+                Err(e) if e.recovery() == Recovery::TaskCorrupted && !head.wiped => {
+                    let mut corrupt = self.restoring.pop_front().expect("the head");
+                    let id = corrupt.task.id();
+                    tracing::warn!(task = %id, error = %e, "local state is corrupt: wiping it and restoring from the changelog");
+                    creator.closing(&mut corrupt.task);
+                    let _ = corrupt.task.close();
+                    creator.released(id);
+                    creator.wipe(id)?;
+                    corrupt.task = creator.create(id)?;
+                    corrupt.wiped = true;
+                    self.restoring.push_front(corrupt);
+                }
+                Err(e) => return Err(e),
+            }
+            if budget.spent() {
+                break;
+            }
+        }
+        Ok(started)
+    }
+
+    /// Initializes a restored task and adds it to the running ones.
+    fn start(
+        &mut self,
+        restored: Restoring,
+        creator: &mut dyn TaskCreator,
         now_ms: i64,
         collector: &mut dyn RecordCollector,
     ) -> Result<(), StreamsError> {
-        for &id in ids {
-            if self.tasks.contains_key(&id) {
-                continue;
-            }
-            let mut task = creator.create(id, stream_times.get(&id).copied())?;
-            if let Err(e) = task.initialize(now_ms, collector) {
-                let _ = task.close();
-                creator.released(id);
-                return Err(e.into());
-            }
-            self.tasks.insert(id, task);
+        let Restoring {
+            mut task,
+            stream_time,
+            ..
+        } = restored;
+        let id = task.id();
+        let initialized = match stream_time {
+            Some(time) => task.restore_stream_time(time).map_err(StreamsError::from),
+            None => Ok(()),
         }
+        .and_then(|()| {
+            task.initialize(now_ms, collector)
+                .map_err(StreamsError::from)
+        });
+        if let Err(e) = initialized {
+            let _ = task.close();
+            creator.released(id);
+            return Err(e);
+        }
+        self.tasks.insert(id, task);
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ use crate::processor::{
 };
 use crate::runtime::changelog::tests::{TASK, memory_task, word_count};
 use crate::runtime::collector::ProducerEvents;
+use crate::runtime::restore::RestoreBudget;
 use crate::runtime::topics::{TopicLayout, plan};
 use crate::runtime::{Recovery, StreamsError};
 use crate::topology::Topology;
@@ -155,12 +156,23 @@ struct MemoryCreator {
 }
 
 impl TaskCreator for MemoryCreator {
-    fn create(&mut self, id: TaskId, _: Option<i64>) -> Result<TaskInstance, StreamsError> {
+    fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError> {
         Ok(memory_task(
             self.topology.clone(),
             id,
             TaskConfig::new("app"),
         ))
+    }
+    fn restore(
+        &mut self,
+        _: &mut TaskInstance,
+        _: &mut RestoreBudget,
+    ) -> Result<bool, StreamsError> {
+        Ok(true)
+    }
+    fn closing(&mut self, _: &mut TaskInstance) {}
+    fn wipe(&mut self, _: TaskId) -> Result<(), StreamsError> {
+        Ok(())
     }
     fn released(&mut self, _: TaskId) {}
 }
@@ -221,14 +233,19 @@ impl Rig {
         self.producer.begin_if_needed().unwrap();
         let mut collector = self.producer.collector(&self.layout.partitions);
         self.tasks
-            .open(
-                &[TASK],
-                &HashMap::new(),
-                &mut self.creator,
-                0,
-                &mut collector,
-            )
+            .open(&[TASK], &HashMap::new(), &mut self.creator)
             .unwrap();
+        assert_eq!(self.tasks.restoring(), 1, "a created task restores first");
+        let mut budget = RestoreBudget::new(Duration::from_secs(1), 1);
+        let started = self
+            .tasks
+            .restore(&mut self.creator, &mut budget, 0, &mut collector)
+            .unwrap();
+        assert_eq!(
+            (started, self.tasks.restoring()),
+            (1, 0),
+            "restored and running"
+        );
     }
 
     fn fail_next(&self, call: &'static str, error: KafkaError) {

@@ -1,0 +1,198 @@
+//! Restores run outside the rebalance callback, in slices between
+//! processing rounds: a word-count task whose changelog holds 2,000,000
+//! records restores on an instance whose `max.poll.interval.ms` is far
+//! below the restore time. The instance stays in the group (one
+//! rebalance, no poll-interval violation), its other tasks keep committing
+//! output while the restore runs, and the final counts are exact
+//! (`exactly_once_v2`, read back with `read_committed`).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::counting::{Fixture, output_counts, serial, tail, word_count_truth};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use weir::topologies::word_count::WORD_COUNT;
+
+/// Changelog records of the restoring task.
+const CHANGELOG_RECORDS: u64 = 2_000_000;
+/// The instance's poll interval (and session timeout): far below the restore.
+const MAX_POLL_INTERVAL_MS: u64 = 6_000;
+
+/// Writes `n` count records of keys no sample sentence has to partition 0
+/// of `topic` (what a long-running application would have left there).
+fn seed_changelog(topic: &str, n: u64) {
+    let producer: ThreadedProducer<DefaultProducerContext> = common::base_config()
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let key = format!("seed-{i}");
+        let value = 1i64.to_be_bytes();
+        let mut record = BaseRecord::<str, [u8]>::to(topic)
+            .partition(0)
+            .key(&key)
+            .payload(&value[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+}
+
+/// Reads `topic` with `read_committed` from the start until `stop`, noting
+/// when each record arrived.
+fn watch_output(topic: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Instant>> {
+    std::thread::spawn(move || {
+        let consumer: BaseConsumer = common::base_config()
+            .set("group.id", "restore-slices-watcher")
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..4 {
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).unwrap();
+        let mut arrivals = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                assert!(m.payload().is_some());
+                arrivals.push(Instant::now());
+            }
+        }
+        arrivals
+    })
+}
+
+/// When the instance's `weir_restoring_tasks` first went above 0 and then
+/// back to 0.
+fn restore_window(app: &mut common::weir_app::WeirApp) -> (Instant, Instant) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut start = None;
+    loop {
+        assert!(
+            app.is_running(),
+            "the instance exited:\n{}",
+            tail(&app.log_text())
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no restore seen:\n{}",
+            tail(&app.log_text())
+        );
+        let now = Instant::now();
+        let restoring = app.metric("weir_restoring_tasks").map(|n| n > 0.0);
+        match (start, restoring) {
+            (None, Some(true)) => start = Some(now),
+            (Some(began), Some(false)) => return (began, now),
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
+    let _serial = serial();
+    let mut f = Fixture::new("restore-slices", &WORD_COUNT);
+    let changelog = format!("{}-counts-changelog", f.app_id);
+    common::broker().create_topics(&[(&changelog, 4)]);
+    let seeded = Instant::now();
+    seed_changelog(&changelog, CHANGELOG_RECORDS);
+    println!(
+        "seeded {CHANGELOG_RECORDS} changelog records in {:.1} s",
+        seeded.elapsed().as_secs_f64()
+    );
+
+    f.extra = vec![
+        format!("consumer.max.poll.interval.ms={MAX_POLL_INTERVAL_MS}"),
+        format!("consumer.session.timeout.ms={MAX_POLL_INTERVAL_MS}"),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_output(f.output.clone(), stop.clone());
+    // Input flows the whole time: 50 sentences every 100 ms.
+    let produced = Arc::new(AtomicU64::new(0));
+    let feeder = {
+        let (stop, produced) = (stop.clone(), produced.clone());
+        let input = f.input.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let from = produced.load(Ordering::SeqCst);
+                common::produce_samples(&input, weir::topologies::word_count::sample, from, 50);
+                produced.store(from + 50, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let mut app = f.start(0, "exactly_once_v2");
+
+    // The restore window, as the instance's metrics show it.
+    let (start, end) = restore_window(&mut app);
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    feeder.join().unwrap();
+    let n = produced.load(Ordering::SeqCst);
+    let truth = word_count_truth(n);
+    let counts = common::counting::wait_for_output(
+        &f.output,
+        Duration::from_secs(120),
+        &mut [&mut app],
+        |c| truth.iter().all(|(w, t)| c.get(w) == Some(t)),
+    );
+    let arrivals = watcher.join().unwrap();
+    let during = arrivals.iter().filter(|t| **t > start && **t < end).count();
+    let rebalances = app.metric("weir_rebalances_total").unwrap_or(0.0);
+    let log = app.log_text();
+    assert_eq!(app.stop(), Some(0), "{}", tail(&app.log_text()));
+
+    let restored_line = log
+        .lines()
+        .find(|l| l.contains("restored task") && l.contains("1_0"))
+        .unwrap_or_else(|| panic!("no restore of task 1_0 logged:\n{}", tail(&log)));
+    println!("{restored_line}");
+    println!(
+        "restore window seen on /metrics: {:.1} s; output records committed meanwhile: {during}; rebalances: {rebalances}; sentences: {n}",
+        (end - start).as_secs_f64()
+    );
+    assert!(
+        (end - start) > Duration::from_millis(MAX_POLL_INTERVAL_MS),
+        "the restore ({:?}) must outlast max.poll.interval.ms for this test to mean anything",
+        end - start
+    );
+    assert!(
+        during > 0,
+        "other tasks produced no output while task 1_0 restored"
+    );
+    assert_eq!(
+        rebalances, 1.0,
+        "the instance stayed in the group: one rebalance (the first join)"
+    );
+    assert!(
+        !log.contains("max.poll.interval.ms"),
+        "librdkafka reported a poll interval violation:\n{}",
+        tail(&log)
+    );
+    for (word, count) in &truth {
+        assert_eq!(counts.get(word), Some(count), "count of {word}");
+    }
+    assert_eq!(
+        output_counts(&f.output).len(),
+        truth.len(),
+        "only sample words are output"
+    );
+}
