@@ -60,6 +60,65 @@ fn image_http_port(dockerfile: &str) -> u16 {
         .expect("the Dockerfile sets WEIR_HTTP_BIND=<ip>:<port>")
 }
 
+/// Compose's interpolation of `${NAME:-default}` and `${NAME}` in every
+/// string, with `env` as the environment.
+fn interpolate(value: &Value, env: &[(&str, &str)]) -> Value {
+    match value {
+        Value::String(s) => {
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(at) = rest.find("${") {
+                out.push_str(&rest[..at]);
+                let end = rest[at..].find('}').expect("closed ${") + at;
+                let (name, default) = rest[at + 2..end]
+                    .split_once(":-")
+                    .unwrap_or((&rest[at + 2..end], ""));
+                let given = env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+                out.push_str(given.unwrap_or(default));
+                rest = &rest[end + 1..];
+            }
+            out.push_str(rest);
+            Value::String(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|v| interpolate(v, env)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), interpolate(v, env)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Checks that the (interpolated) services create the topics of, feed and
+/// run one shipped topology; returns its name.
+fn run_topology(services: &Value) -> &'static str {
+    let weir = &services["weir"];
+    let command = strings(&weir["command"]);
+    assert_eq!(command[0], "run");
+    let topology = weir::topologies::find(&command[1])
+        .unwrap_or_else(|| panic!("compose runs unknown topology {}", command[1]));
+    let generator = strings(&services["generator"]["command"]);
+    assert_eq!(&generator[..2], ["generate", topology.name]);
+    let rate = generator.iter().skip_while(|a| *a != "--rate").nth(1);
+    assert!(
+        rate.and_then(|r| r.parse::<u64>().ok()).is_some(),
+        "generator rate {rate:?}"
+    );
+    assert_eq!(
+        services["generator"]["environment"]["WEIR_BOOTSTRAP_SERVERS"],
+        weir["environment"]["WEIR_BOOTSTRAP_SERVERS"]
+    );
+    // `weir generate --count 0` creates the topology's input and output topics.
+    let topics = strings(&services["topics"]["command"]);
+    assert_eq!(&topics[..4], ["generate", topology.name, "--count", "0"]);
+    assert_eq!(
+        services["topics"]["environment"]["WEIR_BOOTSTRAP_SERVERS"],
+        weir["environment"]["WEIR_BOOTSTRAP_SERVERS"]
+    );
+    topology.name
+}
+
 #[test]
 fn the_compose_stack_is_consistent() {
     let compose = yaml(&root().join("docker-compose.yml"));
@@ -86,32 +145,20 @@ fn the_compose_stack_is_consistent() {
     assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"], "1");
     assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"], "1");
 
-    // Weir: 3 replicas of a shipped topology, built from this Dockerfile.
+    // The services run word-count, or the topology WEIR_TOPOLOGY names.
     let weir = &services["weir"];
     assert_eq!(weir["deploy"]["replicas"], 3);
-    let command = strings(&weir["command"]);
-    assert_eq!(command[0], "run");
-    let topology = weir::topologies::find(&command[1])
-        .unwrap_or_else(|| panic!("compose runs unknown topology {}", command[1]));
     assert_eq!(weir["build"], ".");
     assert!(root().join("Dockerfile").exists());
-    let generator = strings(&services["generator"]["command"]);
-    assert_eq!(&generator[..2], ["generate", topology.name]);
-    assert_eq!(
-        services["generator"]["environment"]["WEIR_BOOTSTRAP_SERVERS"],
-        weir["environment"]["WEIR_BOOTSTRAP_SERVERS"]
-    );
-    let params = topology.params(&Default::default()).unwrap();
-    let topics_command = strings(&services["topics"]["command"]).join(" ");
-    for topic in topology
-        .input_topics(&params)
-        .iter()
-        .chain(&topology.output_topics(&params))
-    {
-        assert!(
-            topics_command.contains(topic.as_str()),
-            "the topics service does not create {topic}"
-        );
+    for (topology, env) in [
+        ("word-count", vec![]),
+        (
+            "datacenter-monitor",
+            vec![("WEIR_TOPOLOGY", "datacenter-monitor")],
+        ),
+    ] {
+        let services = interpolate(&compose["services"], &env);
+        assert_eq!(run_topology(&services), topology, "under {env:?}");
     }
 
     // Every host path mounted into a container exists.
