@@ -110,7 +110,8 @@ impl WeirApp {
     /// The address of its HTTP server, from the start-up line `weir run`
     /// prints once the application started (`None` before that).
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.log_text().lines().find_map(|l| {
+        // The last start's: a restarted instance appends to the same log.
+        self.log_text().lines().rev().find_map(|l| {
             l.strip_prefix("weir: metrics at http://")?
                 .split_once('/')?
                 .0
