@@ -5,6 +5,7 @@
 //! bench/kafka-streams) and regenerates BENCHMARKS.md and its chart.
 
 mod chart;
+mod dcmon;
 mod procstat;
 mod raw;
 mod report;
@@ -37,6 +38,38 @@ enum Cmd {
     Weir(ChildArgs),
     /// Run one workload as a raw rdkafka loop until SIGTERM (a child of `report`).
     Raw(ChildArgs),
+    /// Throughput of the shipped datacenter-monitor application (rewrites
+    /// its section of BENCHMARKS.md).
+    Dcmon(DcmonCli),
+}
+
+#[derive(Args)]
+struct DcmonCli {
+    #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
+    bootstrap: String,
+    /// Repetitions of the generated dataset to load.
+    #[arg(long, env = "BENCH_DCMON_REPETITIONS", default_value_t = 8)]
+    repetitions: u64,
+    #[arg(long, env = "BENCH_PARTITIONS", default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, env = "BENCH_COMMIT_MS", default_value_t = 100)]
+    commit_ms: u64,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "at_least_once,exactly_once_v2"
+    )]
+    guarantees: Vec<String>,
+    /// Stream thread counts to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    #[arg(long, default_value = "/tmp/weir-bench-dcmon")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// The command line to print in the report.
+    #[arg(long, env = "BENCH_COMMAND", default_value = "scripts/bench dcmon")]
+    command: String,
 }
 
 #[derive(Args)]
@@ -138,6 +171,17 @@ fn main() -> Result<()> {
         Cmd::Report(a) => report_cmd(a),
         Cmd::Weir(a) => weir_cmd(a),
         Cmd::Raw(a) => raw_cmd(a),
+        Cmd::Dcmon(a) => dcmon::run(&dcmon::DcmonArgs {
+            bootstrap: a.bootstrap,
+            repetitions: a.repetitions,
+            partitions: a.partitions,
+            commit_ms: a.commit_ms,
+            guarantees: a.guarantees,
+            threads: a.threads,
+            work_dir: a.work_dir,
+            out: a.out,
+            command: a.command,
+        }),
     }
 }
 

@@ -269,6 +269,11 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     }
     writeln!(w)?;
     targets(w, all)?;
+    // `weir-bench dcmon`'s section is measured separately: keep it.
+    if let Some(kept) = crate::dcmon::kept_section(ctx.out) {
+        writeln!(w)?;
+        w.push_str(&kept);
+    }
     std::fs::write(ctx.out, md)?;
     Ok(())
 }

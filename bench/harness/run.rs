@@ -129,7 +129,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-fn create_topics(bootstrap: &str, names: &[&str], partitions: i32) -> Result<()> {
+pub(crate) fn create_topics(bootstrap: &str, names: &[&str], partitions: i32) -> Result<()> {
     let admin = admin(bootstrap)?;
     let topics: Vec<NewTopic<'_>> = names
         .iter()
@@ -162,7 +162,7 @@ pub fn delete_topics(bootstrap: &str, exact: &[&str], prefix: &str) -> Result<()
     Ok(())
 }
 
-fn producer(bootstrap: &str, linger_ms: &str) -> Result<BaseProducer> {
+pub(crate) fn producer(bootstrap: &str, linger_ms: &str) -> Result<BaseProducer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
@@ -171,7 +171,7 @@ fn producer(bootstrap: &str, linger_ms: &str) -> Result<BaseProducer> {
         .create()?)
 }
 
-fn send(p: &BaseProducer, topic: &str, key: &[u8], value: &[u8], ts: i64) -> Result<()> {
+pub(crate) fn send(p: &BaseProducer, topic: &str, key: &[u8], value: &[u8], ts: i64) -> Result<()> {
     let mut record = BaseRecord::to(topic).key(key).payload(value).timestamp(ts);
     loop {
         match p.send(record) {
@@ -444,7 +444,7 @@ impl OutputReader {
     }
 }
 
-fn stop(child: &mut Child) {
+pub(crate) fn stop(child: &mut Child) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
