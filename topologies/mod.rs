@@ -40,6 +40,9 @@ pub struct ShippedTopology {
 /// Makes sample input record `i` as (key, value) bytes; a `None` key is a null key.
 pub type SampleFn = fn(u64) -> (Option<Vec<u8>>, Vec<u8>);
 
+/// Makes sample input record `i` with its event times moved by a shift (ms).
+pub type ShiftedSampleFn = fn(u64, i64) -> (Option<Vec<u8>>, Vec<u8>);
+
 /// Samples that span several input topics and come with a ground truth.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleDataset {
@@ -48,7 +51,7 @@ pub struct SampleDataset {
     /// Samples in one complete dataset (what `weir generate` writes by default).
     pub len: fn() -> u64,
     /// Sample `i` with its event times moved by a shift (ms).
-    pub sample_at: fn(u64, i64) -> (Option<Vec<u8>>, Vec<u8>),
+    pub sample_at: ShiftedSampleFn,
     /// The ground truth of samples `start..start + count` shifted by
     /// `shift_ms`, as JSON: what was injected in the complete datasets
     /// among them.
