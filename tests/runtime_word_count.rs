@@ -81,6 +81,27 @@ fn scale_out_and_in_keeps_counts_exact() {
         &mut [&mut first, &mut third],
         |c| *c == truth,
     );
+    // The first instance saw every rebalance: its first join (all tasks
+    // new), two joins that took tasks away, and a leave that gave some back.
+    let moved = |change| {
+        first
+            .metric_with("weir_rebalance_tasks_total", &[("change", change)])
+            .expect("metrics served")
+    };
+    let (revoked, assigned, kept) = (moved("revoked"), moved("assigned"), moved("kept"));
+    println!("first instance's tasks: revoked {revoked}, assigned {assigned}, kept {kept}");
+    let tasks = 2.0 * 4.0; // two sub-topologies, four partitions
+    assert!(
+        assigned >= tasks,
+        "its first join assigned all {tasks} tasks"
+    );
+    assert!(revoked > 0.0, "tasks moved to the joining instances");
+    assert!(kept > 0.0, "some tasks stayed through the joins");
+    let owned = assigned - revoked;
+    assert!(
+        owned >= 1.0 && owned < tasks,
+        "it owns part of the tasks at the end: {owned}"
+    );
     assert_eq!(first.stop(), Some(0));
     assert_eq!(third.stop(), Some(0));
     watching.store(false, Ordering::SeqCst);

@@ -16,7 +16,8 @@
 //! | `weir_thread_commit_duration_seconds` | histogram | `thread` | one commit (flush, offsets, transaction, stores); `_count` = commits |
 //! | `weir_transactions_total` | counter | `thread`, `result` (`committed`, `aborted`) | Kafka transactions ended |
 //! | `weir_rebalances_total` | counter | `thread` | rebalances this thread took part in |
-//! | `weir_rebalance_duration_seconds` | histogram | `thread` | from revocation (or join) to the end of restoring the new tasks |
+//! | `weir_rebalance_duration_seconds` | histogram | `thread` | from revocation (or join) until the new tasks are created (their stores restore afterwards: `weir_restore_*`) |
+//! | `weir_rebalance_tasks_total` | counter | `thread`, `change` (`revoked`, `assigned`, `kept`) | per rebalance, the thread's tasks that moved away, that are new to it, and that it owned before and owns again |
 //! | `weir_task_processed_records_total` | counter | `task` | input records processed by the task |
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
@@ -77,6 +78,7 @@ pub struct Metrics {
     pub(crate) transactions: IntCounterVec,
     pub(crate) rebalances: IntCounterVec,
     pub(crate) rebalance_seconds: HistogramVec,
+    pub(crate) rebalance_tasks: IntCounterVec,
     pub(crate) task_processed: IntCounterVec,
     pub(crate) task_e2e_seconds: HistogramVec,
     pub(crate) task_dropped: IntCounterVec,
@@ -209,6 +211,11 @@ impl Metrics {
                 t,
                 latency_buckets(),
             ),
+            rebalance_tasks: counter(
+                "weir_rebalance_tasks_total",
+                "Tasks per rebalance by change: revoked (owned before, not after), assigned (new to the thread), kept (owned before and after).",
+                &["thread", "change"],
+            ),
             task_processed: counter(
                 "weir_task_processed_records_total",
                 "Input records processed by the task.",
@@ -339,7 +346,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 24, "{names:?}");
+        assert_eq!(metrics.families.len(), 25, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

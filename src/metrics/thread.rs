@@ -50,6 +50,8 @@ pub struct ThreadMeter {
     rebalances: IntCounter,
     rebalance_seconds: Histogram,
     rebalance_started: Option<Instant>,
+    /// Revoked, assigned and kept tasks (`weir_rebalance_tasks_total`).
+    task_moves: [IntCounter; 3],
     tasks: BTreeMap<TaskId, TaskMeter>,
     /// The task of the open segment, when it has a meter.
     current: Option<TaskId>,
@@ -81,6 +83,11 @@ impl ThreadMeter {
             rebalance_seconds: metrics.rebalance_seconds.with_label_values(t),
             // A thread starts by joining the group: its first rebalance.
             rebalance_started: Some(Instant::now()),
+            task_moves: ["revoked", "assigned", "kept"].map(|change| {
+                metrics
+                    .rebalance_tasks
+                    .with_label_values(&[thread.as_str(), change])
+            }),
             tasks: BTreeMap::new(),
             current: None,
             segment_start: Instant::now(),
@@ -228,6 +235,14 @@ impl ThreadMeter {
         if let Some(started) = self.rebalance_started.take() {
             self.rebalances.inc();
             super::observe(&self.rebalance_seconds, started);
+        }
+    }
+
+    /// A rebalance took `revoked` tasks away from the thread, gave it
+    /// `assigned` new ones and left it `kept` of those it owned.
+    pub fn tasks_moved(&mut self, revoked: usize, assigned: usize, kept: usize) {
+        for (counter, n) in self.task_moves.iter().zip([revoked, assigned, kept]) {
+            counter.inc_by(n as u64);
         }
     }
 

@@ -150,17 +150,25 @@ impl WeirApp {
     /// on its `/metrics` (0 when it has none; `None` while the server is
     /// not up).
     pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metric_with(name, &[])
+    }
+
+    /// As [`WeirApp::metric`], over the series whose labels include every
+    /// `(label, value)` of `labels`.
+    pub fn metric_with(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let (status, body) = self.http_get("/metrics")?;
         if status != 200 {
             return None;
         }
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
         Some(
             body.lines()
                 .filter(|l| !l.starts_with('#'))
                 .filter_map(|l| {
                     let (series, value) = l.rsplit_once(' ')?;
                     let family = series.split('{').next()?;
-                    (family == name).then(|| value.parse::<f64>().ok())?
+                    let matches = family == name && wanted.iter().all(|w| series.contains(w));
+                    matches.then(|| value.parse::<f64>().ok())?
                 })
                 .sum(),
         )

@@ -117,6 +117,9 @@ pub(crate) struct StreamThread {
     generation: u64,
     /// The assignment as of the last rebalance.
     assignment: Vec<(String, i32)>,
+    /// The tasks the last revocation took (compared with the next
+    /// assignment for `weir_rebalance_tasks_total`).
+    revoked_tasks: Vec<crate::processor::TaskId>,
     /// An error a rebalance callback could not act on; the loop stops with it.
     fatal: Option<StreamsError>,
     /// Recovery attempts since the last success, and when the next is due.
@@ -177,6 +180,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         creator,
         generation: 0,
         assignment: Vec::new(),
+        revoked_tasks: Vec::new(),
         fatal: None,
         recovery_attempts: 0,
         retry_at: Instant::now(),

@@ -1,14 +1,18 @@
 //! The consumer context that runs the rebalance protocol against the
-//! [`StreamThread`]: commit (or abort) and close on revoke, open and restore
-//! on assign, all before the callback returns.
+//! [`StreamThread`]: commit (or abort) and close on revoke, create the tasks
+//! on assign (counting the tasks revoked, assigned and kept), all before
+//! the callback returns; the new tasks restore afterwards, in slices
+//! between processing rounds.
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 
 use super::commit::{CommitScope, revoke};
 use super::producer::TxnState;
+use super::tasks::task_ids;
 use super::{Shared, StreamThread, ThreadState, lock};
 use crate::metrics::LagMeter;
+use crate::processor::TaskId;
 
 /// The consumer's context: runs the rebalance protocol against the thread.
 pub(crate) struct RebalanceContext {
@@ -27,6 +31,33 @@ impl ClientContext for RebalanceContext {
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         crate::runtime::client_log::client_error(&error, reason);
+    }
+}
+
+/// How one rebalance changed a thread's tasks.
+#[derive(Debug, PartialEq, Eq)]
+struct TaskMoves {
+    /// Owned before, not after.
+    revoked: usize,
+    /// Owned after, not before.
+    assigned: usize,
+    /// Owned before and after (under the eager protocol they were still
+    /// closed and reopened).
+    kept: usize,
+}
+
+impl TaskMoves {
+    /// The change from tasks `before` to `after` (each sorted, distinct).
+    fn between(before: &[TaskId], after: &[TaskId]) -> TaskMoves {
+        let kept = after
+            .iter()
+            .filter(|id| before.binary_search(id).is_ok())
+            .count();
+        TaskMoves {
+            revoked: before.len() - kept,
+            assigned: after.len() - kept,
+            kept,
+        }
     }
 }
 
@@ -64,12 +95,13 @@ impl StreamThread {
             self.fatal.get_or_insert(e);
         }
         self.meter.tasks_closed();
+        self.revoked_tasks = task_ids(&self.assignment, &self.env.layout);
         self.assignment.clear();
         self.generation += 1;
     }
 
-    /// Assignment: opens, restores and initializes the assigned tasks. A
-    /// recoverable failure leaves the thread `Recovering`.
+    /// Assignment: creates the assigned tasks (they restore and start in
+    /// the main loop). A recoverable failure leaves the thread `Recovering`.
     fn on_assign(
         &mut self,
         consumer: &BaseConsumer<RebalanceContext>,
@@ -77,7 +109,18 @@ impl StreamThread {
     ) {
         self.generation += 1;
         self.assignment = assigned;
-        tracing::info!(partitions = self.assignment.len(), "assigned");
+        let now = task_ids(&self.assignment, &self.env.layout);
+        let before = std::mem::take(&mut self.revoked_tasks);
+        let moves = TaskMoves::between(&before, &now);
+        self.meter
+            .tasks_moved(moves.revoked, moves.assigned, moves.kept);
+        tracing::info!(
+            partitions = self.assignment.len(),
+            revoked = moves.revoked,
+            assigned = moves.assigned,
+            kept = moves.kept,
+            "assigned"
+        );
         let opened = self
             .producer
             .abort()
@@ -125,5 +168,38 @@ impl ConsumerContext for RebalanceContext {
                 .collect();
             thread.on_assign(consumer, assigned);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskMoves;
+    use crate::processor::TaskId;
+
+    fn ids(list: &[(u32, i32)]) -> Vec<TaskId> {
+        list.iter()
+            .map(|&(subtopology, partition)| TaskId {
+                subtopology,
+                partition,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn task_moves_count_revoked_assigned_and_kept() {
+        let before = ids(&[(0, 0), (0, 1), (1, 0), (1, 1)]);
+        let after = ids(&[(0, 1), (1, 1), (1, 2)]);
+        let moves = TaskMoves::between(&before, &after);
+        assert_eq!(
+            moves,
+            TaskMoves {
+                revoked: 2,
+                assigned: 1,
+                kept: 2
+            }
+        );
+        // Joining: everything is new; leaving: everything is revoked.
+        assert_eq!(TaskMoves::between(&[], &after).assigned, 3);
+        assert_eq!(TaskMoves::between(&before, &[]).revoked, 4);
     }
 }
