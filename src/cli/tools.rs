@@ -10,7 +10,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use rdkafka::consumer::BaseConsumer;
@@ -31,6 +31,42 @@ pub enum ToolError {
     /// A topic does not exist.
     #[error("topic '{0}' does not exist")]
     MissingTopic(String),
+    /// Records the broker never acknowledged.
+    #[error("{failed} records were not delivered; the first failure: {first}")]
+    NotDelivered {
+        /// How many.
+        failed: u64,
+        /// The first delivery error.
+        first: KafkaError,
+    },
+}
+
+/// How long `generate` waits for the last records to be acknowledged:
+/// librdkafka's `message.timeout.ms` default, after which every record is
+/// either delivered or reported failed.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Counts the records the broker did not acknowledge (their delivery
+/// reports), so `generate` fails instead of losing them silently.
+#[derive(Default)]
+struct DeliveryCheck {
+    failed: std::sync::atomic::AtomicU64,
+    first: std::sync::Mutex<Option<KafkaError>>,
+}
+
+impl rdkafka::ClientContext for DeliveryCheck {}
+
+impl rdkafka::producer::ProducerContext for DeliveryCheck {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| e.clone());
+        }
+    }
 }
 
 fn kafka(context: impl Into<String>) -> impl FnOnce(KafkaError) -> ToolError {
@@ -103,12 +139,12 @@ pub fn generate(
         count,
         rate,
     } = *samples;
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+    let producer: ThreadedProducer<DeliveryCheck> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
-        .create()
+        .create_with_context(DeliveryCheck::default())
         .map_err(kafka("creating the producer"))?;
     let began = Instant::now();
     for i in start..start + count {
@@ -136,8 +172,14 @@ pub fn generate(
         }
     }
     producer
-        .flush(Duration::from_secs(60))
+        .flush(DELIVERY_TIMEOUT)
         .map_err(kafka("flushing the producer"))?;
+    let check = producer.context();
+    let failed = check.failed.load(std::sync::atomic::Ordering::Relaxed);
+    let first = check.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(first) = first {
+        return Err(ToolError::NotDelivered { failed, first });
+    }
     Ok(count)
 }
 
