@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::counting::{serial, tail};
+use common::counting::{serial, tail, wait_until};
 use common::weir_app::WeirApp;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use weir::topologies::datacenter_monitor::generate::{Injected, KINDS};
@@ -170,24 +170,13 @@ fn wait_for_alerts(
     timeout: Duration,
     done: impl Fn(&BTreeMap<Identity, usize>) -> bool,
 ) -> BTreeMap<Identity, usize> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let alerts = topics.alerts();
-        if done(&alerts) {
-            return alerts;
-        }
-        for app in apps.iter_mut() {
-            assert!(
-                app.is_running(),
-                "an instance exited:\n{}",
-                tail(&app.log_text())
-            );
-        }
-        if Instant::now() >= deadline {
-            panic!("alerts after {timeout:?}: {alerts:?}");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_until(
+        timeout,
+        Duration::from_millis(500),
+        apps,
+        || topics.alerts(),
+        done,
+    )
 }
 
 #[test]

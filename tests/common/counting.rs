@@ -58,11 +58,30 @@ pub fn wait_for_output(
     apps: &mut [&mut WeirApp],
     done: impl Fn(&BTreeMap<String, i64>) -> bool,
 ) -> BTreeMap<String, i64> {
+    wait_until(
+        timeout,
+        Duration::from_secs(1),
+        apps,
+        || output_counts(topic),
+        done,
+    )
+}
+
+/// Reads with `read` every `interval` until `done` holds for what it read,
+/// and returns that; panics after `timeout` (with the last reading) or when
+/// one of `apps` exits.
+pub fn wait_until<T: std::fmt::Debug>(
+    timeout: Duration,
+    interval: Duration,
+    apps: &mut [&mut WeirApp],
+    mut read: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
-        let counts = output_counts(topic);
-        if done(&counts) {
-            return counts;
+        let read = read();
+        if done(&read) {
+            return read;
         }
         for app in apps.iter_mut() {
             assert!(
@@ -74,9 +93,9 @@ pub fn wait_for_output(
         }
         assert!(
             Instant::now() < deadline,
-            "output did not converge within {timeout:?}; last: {counts:?}"
+            "not done within {timeout:?}; last: {read:?}"
         );
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(interval);
     }
 }
 
