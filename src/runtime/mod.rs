@@ -37,6 +37,7 @@ pub(crate) mod end_of_partition;
 mod env;
 mod error;
 mod global;
+mod group_describe;
 mod purge;
 mod restore;
 mod standby;

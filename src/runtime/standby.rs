@@ -7,7 +7,9 @@
 //!
 //! librdkafka cannot plug in Kafka Streams' assignor, so placement is
 //! computed outside the group protocol from what every member can read: the
-//! group's members and their assignments (`DescribeGroups`). Members are
+//! group's members and their assignments (librdkafka's
+//! `DescribeConsumerGroups`, which works under both group protocols;
+//! `group_describe.rs`). Members are
 //! grouped into instances by the process id in their `client.id`; the
 //! instances are sorted by process id; the standbys of a task are the
 //! `num_standby_replicas` instances that follow its active owner in that
@@ -57,6 +59,7 @@ use super::changelog::{
     RestoreTarget,
 };
 use super::end_of_partition::RestoreConsumer;
+use super::group_describe::describe_group;
 use super::stores::InstanceState;
 use super::topics::TopicLayout;
 use crate::config::StreamsConfig;
@@ -196,30 +199,6 @@ fn process_of(client_id: &str, application_id: &str) -> Option<String> {
     Some(process.to_string())
 }
 
-/// Decodes a consumer-protocol assignment: `(topic, partitions)` pairs.
-fn parse_assignment(bytes: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
-    let mut at = 2; // version
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = bytes.get(at..at + n)?;
-        at += n;
-        Some(s)
-    };
-    let i32_of = |s: &[u8]| i32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-    let topics = i32_of(take(4)?);
-    let mut out = Vec::new();
-    for _ in 0..topics.max(0) {
-        let len = i16::from_be_bytes(take(2)?.try_into().ok()?) as usize;
-        let topic = String::from_utf8(take(len)?.to_vec()).ok()?;
-        let count = i32_of(take(4)?);
-        let mut partitions = Vec::new();
-        for _ in 0..count.max(0) {
-            partitions.push(i32_of(take(4)?));
-        }
-        out.push((topic, partitions));
-    }
-    Some(out)
-}
-
 /// The tasks `me` keeps as standbys, given each instance's active tasks.
 fn standby_tasks(
     owners: &BTreeMap<String, BTreeSet<TaskId>>,
@@ -324,34 +303,29 @@ fn desired_standbys(
     consumer: &RestoreConsumer,
     me: &str,
     logged: &BTreeSet<u32>,
-) -> Result<Placement, StreamsError> {
+) -> Result<Placement, String> {
     let app = &env.config.application_id;
-    let groups = consumer
-        .client()
-        .fetch_group_list(Some(app), Duration::from_secs(5))
-        .map_err(|e| StreamsError::kafka("describing the group for standby placement", e))?;
+    let members = describe_group(consumer.client(), app, Duration::from_secs(5))?;
     let mut owners: BTreeMap<String, BTreeSet<TaskId>> = BTreeMap::new();
     owners.entry(me.to_string()).or_default();
-    for group in groups.groups() {
-        for member in group.members() {
-            let Some(process) = process_of(member.client_id(), app) else {
+    for member in members {
+        let Some(process) = process_of(&member.client_id, app) else {
+            continue;
+        };
+        let tasks = owners.entry(process).or_default();
+        for (topic, partition) in member.assignment {
+            let Some(&sub) = env.layout.subtopology_of_topic.get(&topic) else {
                 continue;
             };
-            let tasks = owners.entry(process).or_default();
-            let assignment = member.assignment().and_then(parse_assignment);
-            for (topic, partitions) in assignment.unwrap_or_default() {
-                let Some(&sub) = env.layout.subtopology_of_topic.get(&topic) else {
-                    continue;
-                };
-                if logged.contains(&sub) {
-                    tasks.extend(partitions.into_iter().map(|partition| TaskId {
-                        subtopology: sub,
-                        partition,
-                    }));
-                }
+            if logged.contains(&sub) {
+                tasks.insert(TaskId {
+                    subtopology: sub,
+                    partition,
+                });
             }
         }
     }
+    tracing::debug!(?owners, "the group's active tasks, for standby placement");
     Ok(Placement {
         standbys: standby_tasks(&owners, me, env.config.num_standby_replicas),
         assigned_here: owners.remove(me).unwrap_or_default(),
@@ -575,23 +549,6 @@ mod tests {
         );
         assert_eq!(process_of("other-1a2b-0-consumer", "wc"), None);
         assert_eq!(process_of("wc-1a2b-x-consumer", "wc"), None);
-    }
-
-    #[test]
-    fn assignments_decode() {
-        let mut b = vec![0, 1]; // version 1
-        b.extend(1i32.to_be_bytes());
-        b.extend(5i16.to_be_bytes());
-        b.extend(b"topic");
-        b.extend(2i32.to_be_bytes());
-        b.extend(0i32.to_be_bytes());
-        b.extend(3i32.to_be_bytes());
-        b.extend((-1i32).to_be_bytes()); // null user data
-        assert_eq!(
-            parse_assignment(&b),
-            Some(vec![("topic".to_string(), vec![0, 3])])
-        );
-        assert_eq!(parse_assignment(&b[..9]), None, "truncated");
     }
 
     #[test]

@@ -1,0 +1,161 @@
+//! Describing the consumer group: each member's client id and assignment,
+//! under either group protocol.
+//!
+//! The classic `DescribeGroups` request (rdkafka's `fetch_group_list`)
+//! lists no members of a group that runs KIP-848's `consumer` protocol;
+//! such a group is described with `ConsumerGroupDescribe`. librdkafka's
+//! `DescribeConsumerGroups` admin call asks with the new request and falls
+//! back to the classic one for a classic group, but rdkafka does not wrap
+//! it: this module calls it through `rdkafka::bindings`, the only use of
+//! librdkafka's C API in Weir.
+
+use std::ffi::{CStr, CString, c_char};
+use std::time::Duration;
+
+use rdkafka::bindings as rd;
+use rdkafka::client::{Client, ClientContext};
+
+/// One member of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupMember {
+    /// The member's `client.id`.
+    pub(crate) client_id: String,
+    /// The partitions the member owns now.
+    pub(crate) assignment: Vec<(String, i32)>,
+}
+
+/// Frees what librdkafka allocated for one call, however it ends.
+struct Call {
+    queue: *mut rd::rd_kafka_queue_t,
+    options: *mut rd::rd_kafka_AdminOptions_t,
+    event: *mut rd::rd_kafka_event_t,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        // SAFETY: each pointer is null or was returned by the matching
+        // librdkafka constructor and is destroyed exactly once, here.
+        unsafe {
+            if !self.event.is_null() {
+                rd::rd_kafka_event_destroy(self.event);
+            }
+            if !self.options.is_null() {
+                rd::rd_kafka_AdminOptions_destroy(self.options);
+            }
+            if !self.queue.is_null() {
+                rd::rd_kafka_queue_destroy(self.queue);
+            }
+        }
+    }
+}
+
+/// A C string owned by librdkafka, copied; empty when null.
+///
+/// # Safety
+/// `s` is null or a NUL-terminated string valid for the call.
+unsafe fn text(s: *const c_char) -> String {
+    if s.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+}
+
+/// The members of `group` and their assignments, asked through `client`
+/// (any librdkafka client handle of the application: admin requests go to
+/// the group's coordinator). An unknown or empty group has no members.
+pub(crate) fn describe_group<C: ClientContext>(
+    client: &Client<C>,
+    group: &str,
+    timeout: Duration,
+) -> Result<Vec<GroupMember>, String> {
+    let group_c = CString::new(group).map_err(|_| "the group id contains NUL".to_string())?;
+    let rk = client.native_ptr();
+    let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `rk` is the live client handle `client` owns for the whole
+    // call. The options and queue are created here, handed to librdkafka
+    // and freed by `Call` after the result event was read. The group name
+    // array and its string outlive the call (librdkafka copies them).
+    // Every pointer read from the result is owned by the event and used
+    // only before `Call` destroys it; strings are copied out.
+    unsafe {
+        let mut call = Call {
+            queue: rd::rd_kafka_queue_new(rk),
+            options: rd::rd_kafka_AdminOptions_new(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+            ),
+            event: std::ptr::null_mut(),
+        };
+        if call.queue.is_null() || call.options.is_null() {
+            return Err("librdkafka could not set up the DescribeConsumerGroups call".into());
+        }
+        let mut errstr = [0 as c_char; 256];
+        rd::rd_kafka_AdminOptions_set_request_timeout(
+            call.options,
+            timeout_ms,
+            errstr.as_mut_ptr(),
+            errstr.len(),
+        );
+        let mut groups = [group_c.as_ptr()];
+        rd::rd_kafka_DescribeConsumerGroups(rk, groups.as_mut_ptr(), 1, call.options, call.queue);
+        // A little longer than the request's own timeout, which answers
+        // with an error event when it runs out.
+        call.event = rd::rd_kafka_queue_poll(call.queue, timeout_ms.saturating_add(1000));
+        if call.event.is_null() {
+            return Err(format!(
+                "no answer to DescribeConsumerGroups within {timeout:?}"
+            ));
+        }
+        if rd::rd_kafka_event_error(call.event)
+            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        {
+            return Err(format!(
+                "DescribeConsumerGroups failed: {}",
+                text(rd::rd_kafka_event_error_string(call.event))
+            ));
+        }
+        let result = rd::rd_kafka_event_DescribeConsumerGroups_result(call.event);
+        if result.is_null() {
+            return Err("DescribeConsumerGroups answered with another event".into());
+        }
+        let mut count = 0usize;
+        let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
+        let mut members = Vec::new();
+        for g in 0..count {
+            let description = *descriptions.add(g);
+            let error = rd::rd_kafka_ConsumerGroupDescription_error(description);
+            if !error.is_null() {
+                let code = rd::rd_kafka_error_code(error);
+                if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_GROUP_ID_NOT_FOUND {
+                    continue;
+                }
+                return Err(format!(
+                    "describing group {group}: {}",
+                    text(rd::rd_kafka_error_string(error))
+                ));
+            }
+            for m in 0..rd::rd_kafka_ConsumerGroupDescription_member_count(description) {
+                let member = rd::rd_kafka_ConsumerGroupDescription_member(description, m);
+                let mut assignment = Vec::new();
+                let assigned = rd::rd_kafka_MemberDescription_assignment(member);
+                let list = if assigned.is_null() {
+                    std::ptr::null()
+                } else {
+                    rd::rd_kafka_MemberAssignment_partitions(assigned)
+                };
+                if !list.is_null() {
+                    for i in 0..(*list).cnt.max(0) as usize {
+                        let element = &*(*list).elems.add(i);
+                        assignment.push((text(element.topic), element.partition));
+                    }
+                }
+                members.push(GroupMember {
+                    client_id: text(rd::rd_kafka_MemberDescription_client_id(member)),
+                    assignment,
+                });
+            }
+        }
+        Ok(members)
+    }
+}
