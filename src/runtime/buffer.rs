@@ -164,6 +164,76 @@ impl<M: Buffered> TaskBuffers<M> {
         paused
     }
 
+    /// Moves to a changed `(task, topic, partition)` assignment (an
+    /// incremental rebalance) keeping the records of partitions that stay,
+    /// except those in `dropped` (revoked meanwhile, even if assigned
+    /// again: they are fetched anew from the committed offset). Returns the
+    /// paused partitions whose queues were dropped (the caller resumes
+    /// those still assigned).
+    pub(crate) fn update(
+        &mut self,
+        assignment: impl IntoIterator<Item = (TaskId, String, i32)>,
+        dropped: &[(String, i32)],
+    ) -> Vec<(String, i32)> {
+        let mut old: HashMap<(String, i32), (TaskId, PartitionQueue<M>)> = HashMap::new();
+        for (id, queues) in std::mem::take(&mut self.tasks) {
+            for q in queues.partitions {
+                old.insert((q.topic.clone(), q.partition), (id, q));
+            }
+        }
+        for (task, topic, partition) in assignment {
+            let key = (topic, partition);
+            let kept = match old.remove(&key) {
+                Some((owner, q)) if owner == task && !dropped.contains(&key) => Some(q),
+                Some(other) => {
+                    old.insert(key.clone(), other);
+                    None
+                }
+                None => None,
+            };
+            let (topic, partition) = key;
+            let queue = kept.unwrap_or(PartitionQueue {
+                topic,
+                partition,
+                records: VecDeque::new(),
+                paused: false,
+            });
+            self.tasks
+                .entry(task)
+                .or_insert_with(|| TaskQueues {
+                    partitions: Vec::new(),
+                    non_empty: 0,
+                    waiting_since: None,
+                    enforced: false,
+                })
+                .partitions
+                .push(queue);
+        }
+        self.index.clear();
+        self.buffered = 0;
+        for (id, queues) in &mut self.tasks {
+            queues
+                .partitions
+                .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            queues.non_empty = queues
+                .partitions
+                .iter()
+                .filter(|q| !q.records.is_empty())
+                .count();
+            for (i, q) in queues.partitions.iter().enumerate() {
+                self.buffered += q.records.len();
+                self.index
+                    .entry(q.topic.clone())
+                    .or_default()
+                    .insert(q.partition, (*id, i));
+            }
+        }
+        old.into_values()
+            .filter(|(_, q)| q.paused)
+            .map(|(_, q)| (q.topic, q.partition))
+            .collect()
+    }
+
     fn paused_partitions(&self) -> Vec<(String, i32)> {
         self.tasks
             .values()
@@ -420,6 +490,44 @@ mod tests {
         assert_eq!(paused, [("right".to_string(), 0)]);
         assert_eq!(b.len(), 0);
         assert_eq!(b.tasks_with_records(), Vec::<TaskId>::new());
+    }
+
+    #[test]
+    fn an_update_keeps_the_records_of_partitions_that_stay() {
+        let stats = BufferStats::default();
+        let mut b = two_topic_buffers(2, Duration::ZERO);
+        b.push(task(0), "left", 0, Rec(1, "l0"));
+        b.push(task(1), "left", 1, Rec(2, "l1"));
+        b.push(task(1), "left", 1, Rec(3, "l1b"));
+        assert_eq!(b.take_full(&stats), [("left".to_string(), 1)]);
+        // Task 1 is revoked, task 2 assigned; task 0 stays.
+        let paused = b.update(
+            [
+                (task(0), "left".to_string(), 0),
+                (task(0), "right".to_string(), 0),
+                (task(2), "left".to_string(), 2),
+            ],
+            &[("left".to_string(), 1)],
+        );
+        assert_eq!(paused, [("left".to_string(), 1)]);
+        assert_eq!(b.len(), 1, "task 0's record stays, task 1's are gone");
+        assert!(b.push(task(2), "left", 2, Rec(4, "l2")));
+        assert!(!b.push(task(1), "left", 1, Rec(5, "x")), "revoked");
+        let now = Instant::now();
+        assert_eq!(b.next(task(0), now).map(|r| r.1), Some("l0"));
+        assert_eq!(b.next(task(2), now).map(|r| r.1), Some("l2"));
+        assert_eq!(b.len(), 0);
+        // A partition revoked and assigned again in one round starts empty.
+        b.push(task(0), "left", 0, Rec(6, "stale"));
+        b.update(
+            [
+                (task(0), "left".to_string(), 0),
+                (task(0), "right".to_string(), 0),
+            ],
+            &[("left".to_string(), 0)],
+        );
+        assert_eq!(b.len(), 0);
+        assert!(b.push(task(0), "left", 0, Rec(7, "fresh")));
     }
 
     #[test]

@@ -41,12 +41,16 @@
 //!   mutex. The loop holds it while processing a polled batch and releases
 //!   it before polling, because librdkafka runs the rebalance callbacks
 //!   inside `poll` on this same thread.
-//! * Each rebalance and each rewind bumps `generation`; a batch polled under
-//!   an older generation is dropped unprocessed (the consumer fetches those
-//!   partitions again from the committed offsets).
+//! * Each eager rebalance and each rewind bumps `generation`; a batch polled
+//!   under an older generation is dropped unprocessed (the consumer fetches
+//!   those partitions again from the committed offsets). An incremental
+//!   rebalance bumps `assignment_version` instead: only the records of the
+//!   partitions it revoked (`dropped`) are dropped; the kept partitions'
+//!   polled and buffered records stay, as their fetch positions do.
 //! * On revoke the callback commits (or aborts when the assignment was lost)
-//!   and closes every task **before it returns**; on assign it only creates
-//!   the tasks. They restore their stores from the changelog tail in slices
+//!   and closes the revoked tasks (every task, under the classic protocol's
+//!   eager rebalances) **before it returns**; on assign it only creates
+//!   the new tasks (`rebalance.rs`). They restore their stores from the changelog tail in slices
 //!   (at most [`RESTORE_SLICE`] and [`RESTORE_SLICE_RECORDS`] each) between
 //!   the loop's processing rounds, so running tasks keep going and `poll`
 //!   is never blocked by a restore; a task is initialized and processed
@@ -117,6 +121,13 @@ pub(crate) struct StreamThread {
     generation: u64,
     /// The assignment as of the last rebalance.
     assignment: Vec<(String, i32)>,
+    /// Bumped by every incremental rebalance: the loop then updates its
+    /// buffers to the assignment, keeping the records of kept partitions.
+    assignment_version: u64,
+    /// Partitions revoked incrementally since the loop last looked: their
+    /// polled and buffered records are dropped (fetched again by whoever
+    /// owns them next, from the committed offset).
+    dropped: Vec<(String, i32)>,
     /// The tasks the last revocation took (compared with the next
     /// assignment for `weir_rebalance_tasks_total`).
     revoked_tasks: Vec<crate::processor::TaskId>,
@@ -180,6 +191,8 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         creator,
         generation: 0,
         assignment: Vec::new(),
+        assignment_version: 0,
+        dropped: Vec::new(),
         revoked_tasks: Vec::new(),
         fatal: None,
         recovery_attempts: 0,

@@ -27,6 +27,8 @@ struct LoopState<'c> {
     buffers: TaskBuffers<BorrowedMessage<'c>>,
     /// The generation the buffers were filled under.
     buffered_generation: u64,
+    /// The assignment version the buffers were set up for.
+    buffered_version: u64,
     batch: Vec<BorrowedMessage<'c>>,
     /// Tasks with buffered records, refilled each iteration.
     ready: Vec<TaskId>,
@@ -68,6 +70,7 @@ pub(super) fn main_loop(
     let mut state = LoopState {
         buffers: TaskBuffers::new(env.config.buffered_records_per_partition, max_idle),
         buffered_generation: u64::MAX,
+        buffered_version: 0,
         batch: Vec::with_capacity(MAX_BATCH),
         ready: Vec::new(),
         last_commit: Instant::now(),
@@ -102,6 +105,18 @@ pub(super) fn main_loop(
             // from the committed offsets.
             reset_buffers(&t, &mut state.buffers, consumer);
             state.buffered_generation = t.generation;
+            state.buffered_version = t.assignment_version;
+            t.dropped.clear();
+        } else if t.assignment_version != state.buffered_version {
+            // An incremental rebalance: the kept partitions' records stay.
+            let dropped = std::mem::take(&mut t.dropped);
+            state.batch.retain(|m| {
+                !dropped
+                    .iter()
+                    .any(|(topic, p)| *p == m.partition() && topic == m.topic())
+            });
+            update_buffers(&t, &mut state.buffers, consumer, &dropped);
+            state.buffered_version = t.assignment_version;
         }
         let result = run_phases(env, &mut t, consumer, &mut state);
         if let Err(e) = result {
@@ -276,6 +291,36 @@ fn maybe_commit(
     t.commit(consumer)
 }
 
+/// The thread's assignment as `(task, topic, partition)`.
+fn buffer_assignment(t: &StreamThread) -> impl Iterator<Item = (TaskId, String, i32)> + '_ {
+    let layout = &t.env.layout;
+    t.assignment.iter().filter_map(|(topic, partition)| {
+        let subtopology = *layout.subtopology_of_topic.get(topic)?;
+        let id = TaskId {
+            subtopology,
+            partition: *partition,
+        };
+        Some((id, topic.clone(), *partition))
+    })
+}
+
+/// Updates the buffers to an incrementally changed assignment (records of
+/// kept partitions stay; those of `dropped` go) and lifts the pauses of
+/// dropped partitions assigned again.
+fn update_buffers<M: Buffered>(
+    t: &StreamThread,
+    buffers: &mut TaskBuffers<M>,
+    consumer: &BaseConsumer<RebalanceContext>,
+    dropped: &[(String, i32)],
+) {
+    let paused = buffers.update(buffer_assignment(t), dropped);
+    let assigned: Vec<(String, i32)> = paused
+        .into_iter()
+        .filter(|p| t.assignment.contains(p))
+        .collect();
+    set_paused(consumer, &assigned, false);
+}
+
 /// Empties the buffers for the thread's current assignment and lifts the
 /// pauses of the previous one.
 fn reset_buffers<M: Buffered>(
@@ -283,16 +328,7 @@ fn reset_buffers<M: Buffered>(
     buffers: &mut TaskBuffers<M>,
     consumer: &BaseConsumer<RebalanceContext>,
 ) {
-    let layout = &t.env.layout;
-    let assignment = t.assignment.iter().filter_map(|(topic, partition)| {
-        let subtopology = *layout.subtopology_of_topic.get(topic)?;
-        let id = TaskId {
-            subtopology,
-            partition: *partition,
-        };
-        Some((id, topic.clone(), *partition))
-    });
-    let paused = buffers.reset(assignment);
+    let paused = buffers.reset(buffer_assignment(t));
     let assigned: Vec<(String, i32)> = paused
         .into_iter()
         .filter(|p| t.assignment.contains(p))

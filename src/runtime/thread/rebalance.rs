@@ -3,9 +3,21 @@
 //! on assign (counting the tasks revoked, assigned and kept), all before
 //! the callback returns; the new tasks restore afterwards, in slices
 //! between processing rounds.
+//!
+//! Two kinds of rebalance, by the consumer's rebalance protocol:
+//!
+//! * **eager** (the classic protocol): a revoke takes the whole assignment
+//!   and the next assign gives the whole new one; every task closes and the
+//!   kept ones reopen (cheaply: their stores are current).
+//! * **incremental** (KIP-848's `consumer` protocol): a revoke names only
+//!   the partitions that move away and an assign only those that arrive.
+//!   A revoke commits everything processed (one transaction covers all
+//!   tasks), then closes only the revoked tasks; an assign only creates
+//!   the new ones. The other tasks keep their state, their buffered
+//!   records and the consumer's fetch positions, and go on processing.
 
 use rdkafka::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 
 use super::commit::{CommitScope, revoke};
 use super::producer::TxnState;
@@ -141,17 +153,133 @@ impl StreamThread {
     }
 }
 
+impl StreamThread {
+    /// Incremental revocation of `revoked`: commits everything processed
+    /// (or, when the assignment was lost, aborts and closes every task),
+    /// then closes the revoked tasks; the others go on. A failed commit
+    /// aborts and rebuilds the kept tasks from the last commit
+    /// ([`StreamThread::handle_error`]).
+    fn on_revoke_incremental(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+        revoked: Vec<(String, i32)>,
+    ) {
+        let recovering = self.enter_incremental();
+        let before = task_ids(&self.assignment, &self.env.layout);
+        let gone = task_ids(&revoked, &self.env.layout);
+        if consumer.assignment_lost() {
+            tracing::warn!("assignment lost: aborting instead of committing");
+            self.abort();
+            self.close_tasks();
+            self.generation += 1;
+        } else if !recovering {
+            match self.commit(consumer) {
+                Ok(()) => self.tasks.close(&gone, &mut self.creator),
+                Err(e) => {
+                    tracing::warn!(error = %e, "commit on revoke failed; aborting");
+                    if let Err(fatal) = self.handle_error(e) {
+                        self.fatal.get_or_insert(fatal);
+                    }
+                }
+            }
+        }
+        self.assignment.retain(|p| !revoked.contains(p));
+        self.dropped.extend(revoked);
+        self.assignment_version += 1;
+        let after = task_ids(&self.assignment, &self.env.layout);
+        self.finish_incremental(TaskMoves::between(&before, &after));
+    }
+
+    /// Incremental assignment of `added`: creates their tasks (they restore
+    /// in slices); the running ones are not touched. While the thread is
+    /// recovering, the recovery opens them with the rest.
+    fn on_assign_incremental(
+        &mut self,
+        consumer: &BaseConsumer<RebalanceContext>,
+        added: Vec<(String, i32)>,
+    ) {
+        let recovering = self.enter_incremental();
+        let before = task_ids(&self.assignment, &self.env.layout);
+        for p in added {
+            if !self.assignment.contains(&p) {
+                self.assignment.push(p);
+            }
+        }
+        self.assignment_version += 1;
+        let after = task_ids(&self.assignment, &self.env.layout);
+        if !recovering
+            && let Err(e) = self.open_tasks(consumer)
+            && let Err(fatal) = self.handle_error(e)
+        {
+            self.fatal.get_or_insert(fatal);
+        }
+        self.finish_incremental(TaskMoves::between(&before, &after));
+    }
+
+    /// Starts an incremental rebalance; returns whether the thread is
+    /// recovering (its tasks are closed; the recovery reopens them).
+    fn enter_incremental(&mut self) -> bool {
+        self.meter.rebalance_started();
+        if self.state == ThreadState::Running {
+            self.set_state(ThreadState::Rebalancing);
+        }
+        self.state == ThreadState::Recovering
+    }
+
+    /// Counts and logs an incremental rebalance and leaves `Rebalancing`.
+    fn finish_incremental(&mut self, moves: TaskMoves) {
+        self.meter
+            .tasks_moved(moves.revoked, moves.assigned, moves.kept);
+        tracing::info!(
+            partitions = self.assignment.len(),
+            revoked = moves.revoked,
+            assigned = moves.assigned,
+            kept = moves.kept,
+            "incremental rebalance"
+        );
+        self.meter.rebalance_finished();
+        if matches!(self.state, ThreadState::Rebalancing | ThreadState::Starting) {
+            self.set_state(ThreadState::Running);
+        }
+    }
+}
+
+/// Whether the consumer's rebalances are incremental (KIP-848's protocol
+/// reports itself as cooperative).
+fn incremental(consumer: &BaseConsumer<RebalanceContext>) -> bool {
+    matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    )
+}
+
+/// The partitions of a rebalance event.
+fn partitions(tpl: &rdkafka::TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut thread = lock(&self.thread);
         match rebalance {
-            Rebalance::Revoke(_) => {
+            Rebalance::Revoke(tpl) => {
                 let _span =
                     tracing::info_span!("rebalance", thread = thread.index, phase = "revoke")
                         .entered();
-                thread.on_revoke(consumer);
+                if incremental(consumer) {
+                    thread.on_revoke_incremental(consumer, partitions(tpl));
+                } else {
+                    thread.on_revoke(consumer);
+                }
             }
-            Rebalance::Assign(_) => thread.enter_rebalance(),
+            Rebalance::Assign(_) => {
+                if !incremental(consumer) {
+                    thread.enter_rebalance();
+                }
+            }
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
         }
     }
@@ -161,12 +289,11 @@ impl ConsumerContext for RebalanceContext {
             let mut thread = lock(&self.thread);
             let _span =
                 tracing::info_span!("rebalance", thread = thread.index, phase = "assign").entered();
-            let assigned = tpl
-                .elements()
-                .iter()
-                .map(|e| (e.topic().to_string(), e.partition()))
-                .collect();
-            thread.on_assign(consumer, assigned);
+            if incremental(consumer) {
+                thread.on_assign_incremental(consumer, partitions(tpl));
+            } else {
+                thread.on_assign(consumer, partitions(tpl));
+            }
         }
     }
 }

@@ -11,8 +11,8 @@
 //!   behind their changelogs), then in `tasks` once every store is current
 //!   and it was initialized; only tasks in `tasks` are processed, punctuated
 //!   and committed. Tasks leave both only through
-//!   [`TaskManager::close_all`], which also hands them back to the
-//!   [`TaskCreator`].
+//!   [`TaskManager::close_all`] or [`TaskManager::close`] (after a commit),
+//!   which also hand them back to the [`TaskCreator`].
 //! * [`TaskManager::abort_all`] drops every task's uncommitted store writes:
 //!   after it, stores hold exactly what the last commit wrote.
 
@@ -191,14 +191,30 @@ impl TaskManager {
             creator.closing(&mut r.task);
             closing.push((r.task.id(), r.task));
         }
-        for (id, mut task) in closing {
-            if let Err(e) = task.close() {
-                tracing::warn!(task = %id, error = %e, "closing task failed");
-            }
-            creator.released(id);
-        }
+        close_each(closing, creator);
         self.offsets.clear();
         self.commit_needed = false;
+    }
+
+    /// Closes tasks `ids` (those open, running or restoring) and hands them
+    /// back to `creator`; the others go on. Call it right after a commit:
+    /// what the closed tasks processed since must not be left uncommitted.
+    pub(crate) fn close(&mut self, ids: &[TaskId], creator: &mut dyn TaskCreator) {
+        debug_assert!(!self.commit_needed, "closing tasks with uncommitted work");
+        let mut closing: Vec<(TaskId, TaskInstance)> = ids
+            .iter()
+            .filter_map(|id| self.tasks.remove(id).map(|t| (*id, t)))
+            .collect();
+        let (mut gone, stay): (VecDeque<Restoring>, VecDeque<Restoring>) =
+            std::mem::take(&mut self.restoring)
+                .into_iter()
+                .partition(|r| ids.contains(&r.task.id()));
+        self.restoring = stay;
+        for r in &mut gone {
+            creator.closing(&mut r.task);
+        }
+        closing.extend(gone.into_iter().map(|r| (r.task.id(), r.task)));
+        close_each(closing, creator);
     }
 
     /// Creates tasks `ids` (those not open yet); they restore before they
@@ -301,6 +317,16 @@ impl TaskManager {
         }
         self.tasks.insert(id, task);
         Ok(())
+    }
+}
+
+/// Closes each task and hands it back to `creator`.
+fn close_each(closing: Vec<(TaskId, TaskInstance)>, creator: &mut dyn TaskCreator) {
+    for (id, mut task) in closing {
+        if let Err(e) = task.close() {
+            tracing::warn!(task = %id, error = %e, "closing task failed");
+        }
+        creator.released(id);
     }
 }
 
