@@ -42,6 +42,7 @@ const KEYS: &[&str] = &[
     "application_id",
     "bootstrap_servers",
     "instance_id",
+    "group_protocol",
     "num_stream_threads",
     "num_standby_replicas",
     "processing_guarantee",
@@ -95,6 +96,55 @@ impl fmt::Display for ProcessingGuarantee {
     }
 }
 
+/// Which consumer group protocol the stream threads' consumers use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// KIP-848's `consumer` protocol where the broker offers it (Kafka 4.0
+    /// and later), else `classic`; decided at start-up and logged.
+    Auto,
+    /// KIP-848 (`group.protocol=consumer`): incremental rebalances computed
+    /// by the broker's `range` assignor; members keep the tasks that do not
+    /// move. Needs a broker with the protocol enabled (Kafka 4.0+).
+    Consumer,
+    /// The classic protocol with librdkafka's eager `range` assignor: every
+    /// rebalance revokes every task. For brokers older than 4.0.
+    Classic,
+}
+
+impl FromStr for GroupProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" | "" => Ok(Self::Auto),
+            "consumer" => Ok(Self::Consumer),
+            "classic" => Ok(Self::Classic),
+            other => Err(format!(
+                "'{other}' is not a group protocol; use consumer (Kafka 4.0+), classic, or auto (consumer when the broker offers it)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Consumer => "consumer",
+            Self::Classic => "classic",
+        })
+    }
+}
+
+/// librdkafka consumer settings the `consumer` group protocol refuses
+/// (the broker owns them; `group.remote.assignor` is set by Weir).
+pub(crate) const CLASSIC_ONLY_CONSUMER_KEYS: &[&str] = &[
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol.type",
+];
+
 /// A configuration error. The message names the key, where it was given
 /// when that is known, and says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -141,6 +191,10 @@ pub struct StreamsConfig {
     /// the session timeout gets its tasks back without a rebalance. Unset
     /// by default (dynamic membership). Give every instance its own.
     pub instance_id: Option<String>,
+    /// The consumer group protocol (`auto`, `consumer` or `classic`).
+    /// Default `auto`: KIP-848's incremental protocol when the broker
+    /// offers it.
+    pub group_protocol: GroupProtocol,
     /// Stream threads in this instance. Default 1.
     pub num_stream_threads: usize,
     /// Warm copies kept of each stateful task on other instances (standby
@@ -211,6 +265,7 @@ impl StreamsConfig {
             application_id: application_id.into(),
             bootstrap_servers: bootstrap_servers.into(),
             instance_id: None,
+            group_protocol: GroupProtocol::Auto,
             num_stream_threads: 1,
             num_standby_replicas: 0,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
@@ -293,6 +348,9 @@ impl StreamsConfig {
             "bootstrap_servers" => self.bootstrap_servers = value.to_string(),
             "instance_id" => {
                 self.instance_id = (!value.is_empty()).then(|| value.to_string());
+            }
+            "group_protocol" => {
+                self.group_protocol = value.parse().map_err(|m| ConfigError::new(key, m))?
             }
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
             "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
@@ -401,12 +459,31 @@ impl StreamsConfig {
                 "transactional.id",
                 "enable.auto.commit",
                 "isolation.level",
+                "group.protocol",
+                "group.remote.assignor",
             ] {
                 if map.contains_key(reserved) {
                     return Err(ConfigError::new(
                         &format!("{prefix}{reserved}"),
-                        "Weir sets this itself from application_id and processing_guarantee; remove it",
+                        "Weir sets this itself from application_id, processing_guarantee and group_protocol; remove it",
                     ));
+                }
+            }
+        }
+        if self.group_protocol == GroupProtocol::Consumer {
+            for (prefix, map) in [
+                ("kafka.", &self.client_overrides),
+                ("consumer.", &self.consumer_overrides),
+            ] {
+                for key in CLASSIC_ONLY_CONSUMER_KEYS {
+                    if map.contains_key(*key) {
+                        return Err(ConfigError::new(
+                            &format!("{prefix}{key}"),
+                            "not allowed with group_protocol = consumer: the broker sets it \
+                             (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, \
+                             and the range assignor); remove it or use group_protocol = classic",
+                        ));
+                    }
                 }
             }
         }
@@ -487,6 +564,48 @@ mod tests {
         assert_eq!(
             StreamsConfig::from_pairs(pairs).unwrap().commit_interval(),
             Duration::from_millis(100)
+        );
+    }
+
+    #[test]
+    fn the_group_protocol_is_auto_unless_set_and_refuses_broker_owned_keys() {
+        let c = StreamsConfig::from_pairs(base()).unwrap();
+        assert_eq!(c.group_protocol, GroupProtocol::Auto);
+        for (value, expected) in [
+            ("consumer", GroupProtocol::Consumer),
+            ("classic", GroupProtocol::Classic),
+            ("auto", GroupProtocol::Auto),
+        ] {
+            let mut pairs = base();
+            pairs.push(("group_protocol", value));
+            assert_eq!(
+                StreamsConfig::from_pairs(pairs).unwrap().group_protocol,
+                expected
+            );
+        }
+        let mut pairs = base();
+        pairs.push(("group_protocol", "eager"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "group_protocol");
+        assert!(err.message.contains("consumer"), "{}", err.message);
+        // The consumer protocol: the broker owns session and heartbeat timing.
+        let mut pairs = base();
+        pairs.push(("group_protocol", "consumer"));
+        pairs.push(("consumer.session.timeout.ms", "30000"));
+        let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+        assert_eq!(err.key, "consumer.session.timeout.ms");
+        assert!(err.message.contains("group.consumer.session.timeout.ms"));
+        // The classic protocol takes it.
+        let mut pairs = base();
+        pairs.push(("group_protocol", "classic"));
+        pairs.push(("consumer.session.timeout.ms", "30000"));
+        assert!(StreamsConfig::from_pairs(pairs).is_ok());
+        // Weir picks the protocol itself.
+        let mut pairs = base();
+        pairs.push(("consumer.group.protocol", "consumer"));
+        assert_eq!(
+            StreamsConfig::from_pairs(pairs).unwrap_err().key,
+            "consumer.group.protocol"
         );
     }
 

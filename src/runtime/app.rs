@@ -12,7 +12,7 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
 use super::{AppState, StateCell, StateListener, StreamsError, topics};
-use crate::config::StreamsConfig;
+use crate::config::{GroupProtocol, StreamsConfig};
 use crate::http::{Endpoints, HttpServer};
 use crate::metrics::Metrics;
 use crate::processor::TaskConfig;
@@ -104,7 +104,8 @@ impl KafkaStreams {
                 state: self.state.get(),
             });
         }
-        let (layout, purger) = self.prepare_topics()?;
+        let (layout, purger, group_protocol) = self.prepare_topics()?;
+        self.config.group_protocol = group_protocol;
         self.start_http()?;
         let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
         // Global tables are loaded in full before any stream thread starts.
@@ -135,9 +136,10 @@ impl KafkaStreams {
         self.spawn_stream_threads(&env, &process_id)
     }
 
-    /// Checks the source topics, plans and creates the internal topics, and
-    /// starts the purger of repartition topics.
-    fn prepare_topics(&self) -> Result<(TopicLayout, Purger), StreamsError> {
+    /// Checks the source topics, plans and creates the internal topics,
+    /// starts the purger of repartition topics and settles the group
+    /// protocol (`group_protocol = auto` asks the broker).
+    fn prepare_topics(&self) -> Result<(TopicLayout, Purger, GroupProtocol), StreamsError> {
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
         let existing = topics::partition_counts(&metadata, Duration::from_secs(10))?;
@@ -153,8 +155,13 @@ impl KafkaStreams {
         runtime.block_on(topics::create_internal_topics(
             &admin, &metadata, &layout, &existing,
         ))?;
+        let group_protocol = runtime.block_on(super::group_protocol::resolve(
+            config.group_protocol,
+            &admin,
+            &metadata,
+        ));
         let purger = Purger::start(admin)?;
-        Ok((layout, purger))
+        Ok((layout, purger, group_protocol))
     }
 
     /// Starts the HTTP server when `http_bind` is set.

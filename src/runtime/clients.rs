@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 
 use super::StreamsError;
 use super::collector::{ProducerEvents, ProducerEventsContext, ThreadProducer};
-use crate::config::StreamsConfig;
+use crate::config::{GroupProtocol, StreamsConfig};
 
 fn base(
     config: &StreamsConfig,
@@ -41,16 +41,9 @@ pub(crate) fn consumer<C: ConsumerContext>(
             "client.id",
             format!("{}-{process_id}-{index}-consumer", config.application_id),
         )
-        // `range` gives partition p of every subscribed topic with equal
-        // partition counts to one member: co-partitioned topics land together
-        // (librdkafka takes no custom assignor, so Kafka Streams' cannot be used).
-        .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        // A crashed instance's partitions move after 10 s (librdkafka's default is 45 s).
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "2000")
         // Consumer lag per partition (crate::metrics::LagMeter).
         .set("statistics.interval.ms", "5000")
         // Prefetch less than librdkafka's defaults (100 000 records per
@@ -70,6 +63,24 @@ pub(crate) fn consumer<C: ConsumerContext>(
                 "read_uncommitted"
             },
         );
+    // `range` gives partition p of every subscribed topic with equal
+    // partition counts to one member: co-partitioned topics land together
+    // (librdkafka takes no custom assignor, so Kafka Streams' cannot be used).
+    match config.group_protocol {
+        GroupProtocol::Consumer => {
+            // KIP-848: the broker runs the assignor and owns the session
+            // and heartbeat timing (ARCHITECTURE.md, "Group protocols").
+            c.set("group.protocol", "consumer")
+                .set("group.remote.assignor", "range");
+        }
+        GroupProtocol::Classic | GroupProtocol::Auto => {
+            c.set("partition.assignment.strategy", "range")
+                // A crashed instance's partitions move after 10 s
+                // (librdkafka's default is 45 s).
+                .set("session.timeout.ms", "10000")
+                .set("heartbeat.interval.ms", "2000");
+        }
+    }
     if let Some(instance) = &config.instance_id {
         // Static membership: one stable member per stream thread.
         c.set("group.instance.id", format!("{instance}-{index}"));

@@ -38,6 +38,7 @@ mod env;
 mod error;
 mod global;
 mod group_describe;
+mod group_protocol;
 mod purge;
 mod restore;
 mod standby;

@@ -1,0 +1,114 @@
+//! Choosing the consumer group protocol when `group_protocol = auto`: the
+//! KIP-848 `consumer` protocol when the broker offers it, else `classic`.
+//!
+//! A broker offers it when its `group.coordinator.rebalance.protocols`
+//! lists `consumer` (the default from Kafka 4.0 on; brokers before 3.7 do
+//! not have the setting). The setting is read with `DescribeConfigs` on one
+//! broker, through the admin client and its security settings. A broker
+//! that cannot be asked (no `DescribeConfigs` permission, say) gets
+//! `classic`, with a warning that says how to choose explicitly.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::config::GroupProtocol;
+
+/// The broker setting that lists the group protocols it serves.
+const PROTOCOLS_KEY: &str = "group.coordinator.rebalance.protocols";
+
+/// The protocol the stream threads use: `asked` unless it is `Auto`, then
+/// what the broker offers. Logs the choice and why.
+pub(crate) async fn resolve(
+    asked: GroupProtocol,
+    admin: &AdminClient<DefaultClientContext>,
+    metadata: &BaseConsumer,
+) -> GroupProtocol {
+    if asked != GroupProtocol::Auto {
+        tracing::info!(group_protocol = %asked, "consumer group protocol (configured)");
+        return asked;
+    }
+    match offered(admin, metadata).await {
+        Ok(Some(protocols)) => {
+            let chosen = choose(&protocols);
+            tracing::info!(group_protocol = %chosen, broker_offers = %protocols, "consumer group protocol (auto)");
+            chosen
+        }
+        Ok(None) => {
+            tracing::info!(
+                group_protocol = "classic",
+                "consumer group protocol (auto): the broker has no {PROTOCOLS_KEY} (older than 3.7)"
+            );
+            GroupProtocol::Classic
+        }
+        Err(reason) => {
+            tracing::warn!(
+                group_protocol = "classic",
+                %reason,
+                "consumer group protocol (auto): could not read the broker's {PROTOCOLS_KEY}; \
+                 set group_protocol = consumer to use KIP-848 on a Kafka 4.0+ broker"
+            );
+            GroupProtocol::Classic
+        }
+    }
+}
+
+/// `consumer` when the broker's protocol list names it.
+fn choose(protocols: &str) -> GroupProtocol {
+    if protocols
+        .split(',')
+        .any(|p| p.trim().eq_ignore_ascii_case("consumer"))
+    {
+        GroupProtocol::Consumer
+    } else {
+        GroupProtocol::Classic
+    }
+}
+
+/// The value of [`PROTOCOLS_KEY`] on one broker; `None` when it has none.
+async fn offered(
+    admin: &AdminClient<DefaultClientContext>,
+    metadata: &BaseConsumer,
+) -> Result<Option<String>, String> {
+    let cluster = metadata
+        .fetch_metadata(None, Duration::from_secs(10))
+        .map_err(|e| format!("reading the cluster metadata: {e}"))?;
+    let broker = cluster
+        .brokers()
+        .first()
+        .map(|b| b.id())
+        .ok_or("the cluster metadata lists no broker")?;
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .describe_configs([&ResourceSpecifier::Broker(broker)], &opts)
+        .await
+        .map_err(|e| format!("describing broker {broker}'s configuration: {e}"))?;
+    let resource = results
+        .into_iter()
+        .next()
+        .ok_or("no answer")?
+        .map_err(|code| format!("describing broker {broker}'s configuration: {code}"))?;
+    Ok(resource
+        .entries
+        .into_iter()
+        .find(|e| e.name == PROTOCOLS_KEY)
+        .and_then(|e| e.value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GroupProtocol, choose};
+
+    #[test]
+    fn consumer_is_chosen_only_when_the_broker_lists_it() {
+        assert_eq!(choose("classic,consumer"), GroupProtocol::Consumer);
+        assert_eq!(
+            choose("classic, consumer ,streams"),
+            GroupProtocol::Consumer
+        );
+        assert_eq!(choose("classic"), GroupProtocol::Classic);
+        assert_eq!(choose(""), GroupProtocol::Classic);
+    }
+}
