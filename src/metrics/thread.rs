@@ -251,8 +251,24 @@ impl ThreadMeter {
     pub fn tasks_closed(&mut self) {
         self.current = None;
         self.timestamps.clear();
+        let closed = std::mem::take(&mut self.tasks);
+        self.remove_series(closed.into_values());
+    }
+
+    /// Tasks `ids` were closed, the others stay open (an incremental
+    /// rebalance): the closed tasks' series are removed.
+    pub fn some_tasks_closed(&mut self, ids: &[TaskId]) {
+        if self.current.is_some_and(|c| ids.contains(&c)) {
+            self.current = None;
+            self.timestamps.clear();
+        }
+        let closed: Vec<TaskMeter> = ids.iter().filter_map(|id| self.tasks.remove(id)).collect();
+        self.remove_series(closed.into_iter());
+    }
+
+    fn remove_series(&self, closed: impl Iterator<Item = TaskMeter>) {
         let m = &self.metrics;
-        for (_, meter) in std::mem::take(&mut self.tasks) {
+        for meter in closed {
             meter.e2e.flush();
             let task = [meter.label.as_str()];
             let _ = m.task_processed.remove_label_values(&task);
@@ -319,6 +335,10 @@ mod tests {
         // A second publication with unchanged counters adds nothing.
         meter.batch_done(tasks.iter().map(|(i, c)| (i, *c)));
         assert_eq!(metrics.thread_processed.with_label_values(&["0"]).get(), 3);
+        meter.some_tasks_closed(&[id(1)]);
+        let text = metrics.encode_text();
+        assert!(text.contains("task=\"0_0\""), "0_0 stays open");
+        assert!(!text.contains("task=\"0_1\""), "0_1 was closed");
         meter.tasks_closed();
         assert!(!metrics.encode_text().contains("task=\"0_0\""));
     }

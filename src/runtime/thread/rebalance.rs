@@ -174,7 +174,10 @@ impl StreamThread {
             self.generation += 1;
         } else if !recovering {
             match self.commit(consumer) {
-                Ok(()) => self.tasks.close(&gone, &mut self.creator),
+                Ok(()) => {
+                    self.tasks.close(&gone, &mut self.creator);
+                    self.meter.some_tasks_closed(&gone);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "commit on revoke failed; aborting");
                     if let Err(fatal) = self.handle_error(e) {
