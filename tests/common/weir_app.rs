@@ -36,6 +36,11 @@ impl WeirApp {
             // Many children run at once: each HTTP server on a free port.
             .arg("--set")
             .arg("http_bind=127.0.0.1:0");
+        // The whole suite runs under either group protocol (`.ci/run` runs
+        // the crash suite again under classic); a test's own setting wins.
+        if let Ok(protocol) = std::env::var("WEIR_TEST_GROUP_PROTOCOL") {
+            cmd.arg("--set").arg(format!("group_protocol={protocol}"));
+        }
         for s in settings {
             cmd.arg("--set").arg(s);
         }
