@@ -155,11 +155,8 @@ impl KafkaStreams {
         runtime.block_on(topics::create_internal_topics(
             &admin, &metadata, &layout, &existing,
         ))?;
-        let group_protocol = runtime.block_on(super::group_protocol::resolve(
-            config.group_protocol,
-            &admin,
-            &metadata,
-        ));
+        let group_protocol =
+            runtime.block_on(super::group_protocol::resolve(config, &admin, &metadata));
         let purger = Purger::start(admin)?;
         Ok((layout, purger, group_protocol))
     }

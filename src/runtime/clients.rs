@@ -27,6 +27,18 @@ fn base(
     c
 }
 
+/// The session timeout of classic-protocol consumers: a crashed instance's
+/// partitions move after 10 s (librdkafka's default is 45 s), or sooner
+/// when `max.poll.interval.ms` is set lower (librdkafka refuses a session
+/// timeout above it). A `session.timeout.ms` given in the configuration is
+/// applied over it.
+fn session_timeout_ms(config: &StreamsConfig) -> u64 {
+    [&config.consumer_overrides, &config.client_overrides]
+        .into_iter()
+        .find_map(|map| map.get("max.poll.interval.ms")?.parse::<u64>().ok())
+        .map_or(10_000, |max_poll| max_poll.clamp(1, 10_000))
+}
+
 /// The group consumer of stream thread `index`.
 pub(crate) fn consumer<C: ConsumerContext>(
     config: &StreamsConfig,
@@ -74,11 +86,10 @@ pub(crate) fn consumer<C: ConsumerContext>(
                 .set("group.remote.assignor", "range");
         }
         GroupProtocol::Classic | GroupProtocol::Auto => {
+            let session_ms = session_timeout_ms(config);
             c.set("partition.assignment.strategy", "range")
-                // A crashed instance's partitions move after 10 s
-                // (librdkafka's default is 45 s).
-                .set("session.timeout.ms", "10000")
-                .set("heartbeat.interval.ms", "2000");
+                .set("session.timeout.ms", session_ms.to_string())
+                .set("heartbeat.interval.ms", (session_ms / 5).max(1).to_string());
         }
     }
     if let Some(instance) = &config.instance_id {
@@ -139,8 +150,19 @@ pub(crate) fn active_restore_consumer<C: ConsumerContext + Default + 'static>(
         .map_err(|e| StreamsError::kafka("creating the restore consumer", e))
 }
 
-fn restore_config(config: &StreamsConfig) -> ClientConfig {
+/// The base of the consumers outside the group (restore, metadata):
+/// they never join it, but librdkafka checks the session timeout against
+/// `max.poll.interval.ms` all the same.
+fn plain_consumer_config(config: &StreamsConfig) -> ClientConfig {
     let mut c = base(config, &config.consumer_overrides);
+    if c.get("session.timeout.ms").is_none() {
+        c.set("session.timeout.ms", session_timeout_ms(config).to_string());
+    }
+    c
+}
+
+fn restore_config(config: &StreamsConfig) -> ClientConfig {
+    let mut c = plain_consumer_config(config);
     c.set("group.id", format!("{}-restore", config.application_id))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -199,7 +221,7 @@ pub(crate) fn admin(
 
 /// A plain client for metadata requests.
 pub(crate) fn metadata_client(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
-    base(config, &config.consumer_overrides)
+    plain_consumer_config(config)
         .create()
         .map_err(|e| StreamsError::kafka("creating the metadata client", e))
 }

@@ -1,6 +1,9 @@
 //! Choosing the consumer group protocol when `group_protocol = auto`: the
 //! KIP-848 `consumer` protocol when the broker offers it, else `classic`.
 //!
+//! Consumer settings only the classic protocol takes (`session.timeout.ms`,
+//! …) given in the configuration make `auto` choose `classic`.
+//!
 //! A broker offers it when its `group.coordinator.rebalance.protocols`
 //! lists `consumer` (the default from Kafka 4.0 on; brokers before 3.7 do
 //! not have the setting). The setting is read with `DescribeConfigs` on one
@@ -14,7 +17,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::config::GroupProtocol;
+use crate::config::{CLASSIC_ONLY_CONSUMER_KEYS, GroupProtocol, StreamsConfig};
 
 /// The broker setting that lists the group protocols it serves.
 const PROTOCOLS_KEY: &str = "group.coordinator.rebalance.protocols";
@@ -22,13 +25,21 @@ const PROTOCOLS_KEY: &str = "group.coordinator.rebalance.protocols";
 /// The protocol the stream threads use: `asked` unless it is `Auto`, then
 /// what the broker offers. Logs the choice and why.
 pub(crate) async fn resolve(
-    asked: GroupProtocol,
+    config: &StreamsConfig,
     admin: &AdminClient<DefaultClientContext>,
     metadata: &BaseConsumer,
 ) -> GroupProtocol {
+    let asked = config.group_protocol;
     if asked != GroupProtocol::Auto {
         tracing::info!(group_protocol = %asked, "consumer group protocol (configured)");
         return asked;
+    }
+    if let Some(key) = classic_only_key(config) {
+        tracing::info!(
+            group_protocol = "classic",
+            "consumer group protocol (auto): {key} is set, which only the classic protocol takes"
+        );
+        return GroupProtocol::Classic;
     }
     match offered(admin, metadata).await {
         Ok(Some(protocols)) => {
@@ -53,6 +64,21 @@ pub(crate) async fn resolve(
             GroupProtocol::Classic
         }
     }
+}
+
+/// The first consumer setting given that the `consumer` protocol refuses.
+fn classic_only_key(config: &StreamsConfig) -> Option<String> {
+    [
+        ("kafka.", &config.client_overrides),
+        ("consumer.", &config.consumer_overrides),
+    ]
+    .into_iter()
+    .find_map(|(prefix, map)| {
+        CLASSIC_ONLY_CONSUMER_KEYS
+            .iter()
+            .find(|k| map.contains_key(**k))
+            .map(|k| format!("{prefix}{k}"))
+    })
 }
 
 /// `consumer` when the broker's protocol list names it.
@@ -99,7 +125,7 @@ async fn offered(
 
 #[cfg(test)]
 mod tests {
-    use super::{GroupProtocol, choose};
+    use super::{GroupProtocol, StreamsConfig, choose, classic_only_key};
 
     #[test]
     fn consumer_is_chosen_only_when_the_broker_lists_it() {
@@ -110,5 +136,22 @@ mod tests {
         );
         assert_eq!(choose("classic"), GroupProtocol::Classic);
         assert_eq!(choose(""), GroupProtocol::Classic);
+    }
+
+    #[test]
+    fn classic_only_settings_are_found_under_either_prefix() {
+        let mut config = StreamsConfig::new("app", "127.0.0.1:9092");
+        assert_eq!(classic_only_key(&config), None);
+        config
+            .consumer_overrides
+            .insert("max.poll.interval.ms".into(), "6000".into());
+        assert_eq!(classic_only_key(&config), None);
+        config
+            .client_overrides
+            .insert("heartbeat.interval.ms".into(), "1000".into());
+        assert_eq!(
+            classic_only_key(&config).as_deref(),
+            Some("kafka.heartbeat.interval.ms")
+        );
     }
 }
