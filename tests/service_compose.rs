@@ -144,6 +144,22 @@ fn the_compose_stack_is_consistent() {
     );
     assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"], "1");
     assert_eq!(kafka["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"], "1");
+    // KIP-848 groups: the same broker-side session timing as the local
+    // broker of scripts/kafka (the tests' broker).
+    let local = std::fs::read_to_string(root().join("scripts/kafka")).unwrap();
+    for key in [
+        "group.consumer.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+    ] {
+        let value = local
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("scripts/kafka sets {key}"));
+        let env = format!("KAFKA_{}", key.replace('.', "_").to_uppercase());
+        assert_eq!(kafka[&env], value, "{env} matches scripts/kafka");
+    }
 
     // The services run word-count, or the topology WEIR_TOPOLOGY names.
     let weir = &services["weir"];
