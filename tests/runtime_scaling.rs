@@ -287,6 +287,37 @@ fn scale_out_and_back(protocol: &'static str) -> Run {
         counts, truth,
         "{protocol}: exact after scaling out and back"
     );
+    // Weir's own measure of the same thing: per input partition, the time
+    // between commits that carried its progress, on the survivors.
+    for (name, addr) in [("a", addr_a), ("b", addr_b)] {
+        let text = metrics_text(addr).expect("metrics served");
+        let series = |suffix: &str| -> BTreeMap<String, f64> {
+            let family = format!("weir_partition_output_gap_seconds_{suffix}{{");
+            let topic = format!("topic=\"{}\"", f.input);
+            text.lines()
+                .filter(|l| l.starts_with(&family) && l.contains(&topic))
+                .filter_map(|l| {
+                    let partition = l.split("partition=\"").nth(1)?.split('"').next()?;
+                    Some((partition.to_string(), l.rsplit_once(' ')?.1.parse().ok()?))
+                })
+                .collect()
+        };
+        let (sums, counts) = (series("sum"), series("count"));
+        assert!(
+            !counts.is_empty(),
+            "{protocol} {name}: output gaps measured"
+        );
+        for (partition, count) in &counts {
+            let mean = sums[partition] / count;
+            println!(
+                "{protocol} {name}: input partition {partition}: {count} commits measured, mean gap {mean:.2} s"
+            );
+            assert!(
+                mean > 0.3 && mean < 3.0,
+                "{protocol} {name}: partition {partition}: mean gap {mean} s over {count} commits (commit interval {COMMIT_INTERVAL_MS} ms)"
+            );
+        }
+    }
     watching.store(false, Ordering::SeqCst);
     watcher.join().unwrap();
     assert_eq!(a.stop(), Some(0));

@@ -18,6 +18,7 @@
 //! | `weir_rebalances_total` | counter | `thread` | rebalances this thread took part in |
 //! | `weir_rebalance_duration_seconds` | histogram | `thread` | from revocation (or join) until the new tasks are created (their stores restore afterwards: `weir_restore_*`) |
 //! | `weir_rebalance_tasks_total` | counter | `thread`, `change` (`revoked`, `assigned`, `kept`) | per rebalance, the thread's tasks that moved away, that are new to it, and that it owned before and owns again |
+//! | `weir_partition_output_gap_seconds` | histogram | `topic`, `partition` | per input partition, time between two commits that carried its progress (under exactly-once: time its output was not visible); across a move, measured on the new owner from the previous owner's last commit (kept in the offset metadata) |
 //! | `weir_task_processed_records_total` | counter | `task` | input records processed by the task |
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
@@ -79,6 +80,7 @@ pub struct Metrics {
     pub(crate) rebalances: IntCounterVec,
     pub(crate) rebalance_seconds: HistogramVec,
     pub(crate) rebalance_tasks: IntCounterVec,
+    pub(crate) partition_output_gap: HistogramVec,
     pub(crate) task_processed: IntCounterVec,
     pub(crate) task_e2e_seconds: HistogramVec,
     pub(crate) task_dropped: IntCounterVec,
@@ -100,6 +102,11 @@ pub struct Metrics {
 /// Latency buckets from 100 µs to about 105 s, doubling.
 fn latency_buckets() -> Vec<f64> {
     exponential_buckets(0.0001, 2.0, 21).expect("valid buckets")
+}
+
+/// Output gap buckets from 50 ms to about 7 min, doubling.
+fn gap_buckets() -> Vec<f64> {
+    exponential_buckets(0.05, 2.0, 14).expect("valid buckets")
 }
 
 /// End-to-end latency buckets from 1 ms to about 17 min, doubling.
@@ -215,6 +222,12 @@ impl Metrics {
                 "weir_rebalance_tasks_total",
                 "Tasks per rebalance by change: revoked (owned before, not after), assigned (new to the thread), kept (owned before and after).",
                 &["thread", "change"],
+            ),
+            partition_output_gap: histogram(
+                "weir_partition_output_gap_seconds",
+                "Per input partition, the time between two commits that carried its progress (under exactly-once, the time its output was not visible). The first commit after the partition moves here is measured from the previous owner's last commit (its time is kept in the offset metadata), so a rebalance pause shows up on the new owner.",
+                &["topic", "partition"],
+                gap_buckets(),
             ),
             task_processed: counter(
                 "weir_task_processed_records_total",
@@ -346,7 +359,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 25, "{names:?}");
+        assert_eq!(metrics.families.len(), 26, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

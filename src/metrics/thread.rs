@@ -52,6 +52,8 @@ pub struct ThreadMeter {
     rebalance_started: Option<Instant>,
     /// Revoked, assigned and kept tasks (`weir_rebalance_tasks_total`).
     task_moves: [IntCounter; 3],
+    /// `weir_partition_output_gap_seconds` per assigned input partition.
+    output_gaps: std::collections::HashMap<(String, i32), Histogram>,
     tasks: BTreeMap<TaskId, TaskMeter>,
     /// The task of the open segment, when it has a meter.
     current: Option<TaskId>,
@@ -88,6 +90,7 @@ impl ThreadMeter {
                     .rebalance_tasks
                     .with_label_values(&[thread.as_str(), change])
             }),
+            output_gaps: std::collections::HashMap::new(),
             tasks: BTreeMap::new(),
             current: None,
             segment_start: Instant::now(),
@@ -246,6 +249,33 @@ impl ThreadMeter {
         }
     }
 
+    /// Input partition `topic`/`partition` had no output for `seconds`
+    /// before the commit that just carried its progress.
+    pub fn output_gap(&mut self, topic: &str, partition: i32, seconds: f64) {
+        let key = (topic.to_string(), partition);
+        let metrics = &self.metrics;
+        self.output_gaps
+            .entry(key)
+            .or_insert_with(|| {
+                metrics
+                    .partition_output_gap
+                    .with_label_values(&[topic, &partition.to_string()])
+            })
+            .observe(seconds);
+    }
+
+    /// The partitions left the thread: their output gap series are removed.
+    pub fn forget_partitions(&mut self, partitions: &[(String, i32)]) {
+        for p in partitions {
+            if self.output_gaps.remove(p).is_some() {
+                let _ = self
+                    .metrics
+                    .partition_output_gap
+                    .remove_label_values(&[p.0.as_str(), &p.1.to_string()]);
+            }
+        }
+    }
+
     /// The thread's tasks were closed: their series are removed (see the
     /// module docs of [`crate::metrics`]).
     pub fn tasks_closed(&mut self) {
@@ -335,6 +365,17 @@ mod tests {
         // A second publication with unchanged counters adds nothing.
         meter.batch_done(tasks.iter().map(|(i, c)| (i, *c)));
         assert_eq!(metrics.thread_processed.with_label_values(&["0"]).get(), 3);
+        meter.output_gap("in", 3, 1.5);
+        meter.output_gap("in", 3, 0.1);
+        let gaps = metrics.partition_output_gap.with_label_values(&["in", "3"]);
+        assert_eq!(gaps.get_sample_count(), 2);
+        assert!((gaps.get_sample_sum() - 1.6).abs() < 1e-9);
+        meter.forget_partitions(&[("in".to_string(), 3)]);
+        assert!(
+            !metrics
+                .encode_text()
+                .contains("weir_partition_output_gap_seconds_count")
+        );
         meter.some_tasks_closed(&[id(1)]);
         let text = metrics.encode_text();
         assert!(text.contains("task=\"0_0\""), "0_0 stays open");

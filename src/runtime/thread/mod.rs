@@ -137,6 +137,10 @@ pub(crate) struct StreamThread {
     recovery_attempts: u32,
     retry_at: Instant,
     meter: ThreadMeter,
+    /// Per assigned input partition, when its progress was last committed
+    /// (wall clock, ms; from the offset metadata when it was committed
+    /// elsewhere): the start of its current time without output.
+    last_output_ms: std::collections::HashMap<(String, i32), i64>,
     /// Committed offsets of repartition partitions not yet purged.
     purgeable: PurgeOffsets,
     last_purge: Instant,
@@ -198,6 +202,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         recovery_attempts: 0,
         retry_at: Instant::now(),
         meter: ThreadMeter::new(env.metrics.clone(), index),
+        last_output_ms: std::collections::HashMap::new(),
         purgeable: PurgeOffsets::new(),
         last_purge: Instant::now(),
     }));
@@ -268,11 +273,44 @@ impl StreamThread {
         if let Some(committed) =
             commit::commit(&mut self.tasks, &mut self.producer, consumer, &scope)?
         {
+            self.note_output_gaps(&committed);
             self.note_purgeable(&committed);
             self.meter
                 .commit_done(started, self.env.config.is_exactly_once());
         }
         Ok(())
+    }
+
+    /// Observes, per partition whose progress was just committed, the time
+    /// since its previous commit (`weir_partition_output_gap_seconds`):
+    /// under exactly-once its output became visible now and last then.
+    fn note_output_gaps(&mut self, committed: &tasks::ConsumedOffsets) {
+        let now = wall_clock_ms();
+        for (topic, partitions) in committed {
+            for &partition in partitions.keys() {
+                let key = (topic.clone(), partition);
+                if let Some(previous) = self.last_output_ms.insert(key, now) {
+                    let gap = (now - previous).max(0) as f64 / 1000.0;
+                    self.meter.output_gap(topic, partition, gap);
+                }
+            }
+        }
+    }
+
+    /// Forgets the output times of partitions no longer assigned (and
+    /// their gap series).
+    fn forget_output_times(&mut self) {
+        let assignment = &self.assignment;
+        let gone: Vec<(String, i32)> = self
+            .last_output_ms
+            .keys()
+            .filter(|p| !assignment.contains(p))
+            .cloned()
+            .collect();
+        for p in &gone {
+            self.last_output_ms.remove(p);
+        }
+        self.meter.forget_partitions(&gone);
     }
 
     /// Remembers the just-committed offsets of repartition topics and hands
@@ -316,12 +354,16 @@ impl StreamThread {
         consumer: &impl GroupConsumer<Group = ConsumerGroupMetadata>,
     ) -> Result<(), StreamsError> {
         let ids = tasks::task_ids(&self.assignment, &self.env.layout);
-        let stream_times = super::stream_time::committed_stream_times(
+        let committed = super::stream_time::committed_stream_times(
             |partitions| consumer.committed_offsets(partitions, OFFSETS_TIMEOUT),
             &self.assignment,
             &self.env.layout,
         )?;
-        self.tasks.open(&ids, &stream_times, &mut self.creator)
+        for (partition, at) in committed.committed_at {
+            self.last_output_ms.entry(partition).or_insert(at);
+        }
+        self.tasks
+            .open(&ids, &committed.stream_times, &mut self.creator)
     }
 
     /// Restores the restoring tasks for one slice of time and records;

@@ -109,6 +109,7 @@ impl StreamThread {
         self.meter.tasks_closed();
         self.revoked_tasks = task_ids(&self.assignment, &self.env.layout);
         self.assignment.clear();
+        self.forget_output_times();
         self.generation += 1;
     }
 
@@ -187,6 +188,7 @@ impl StreamThread {
             }
         }
         self.assignment.retain(|p| !revoked.contains(p));
+        self.forget_output_times();
         self.dropped.extend(revoked);
         self.assignment_version += 1;
         let after = task_ids(&self.assignment, &self.env.layout);

@@ -151,7 +151,7 @@ impl TaskManager {
                 let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(next));
             }
         }
-        crate::runtime::stream_time::annotate(&mut tpl, layout, |id| {
+        crate::runtime::stream_time::annotate(&mut tpl, layout, super::wall_clock_ms(), |id| {
             self.tasks.get(&id).map(TaskInstance::stream_time)
         });
         tpl
