@@ -43,9 +43,17 @@ pub enum ResetError {
         #[source]
         source: KafkaError,
     },
+    /// Describing the consumer group failed.
+    #[error("{context}: {reason}")]
+    Describe {
+        /// What was being done.
+        context: String,
+        /// What librdkafka answered.
+        reason: String,
+    },
     /// The application still runs.
     #[error(
-        "application '{application_id}' still has {} active member(s) in its consumer group ({}); stop every instance (a killed one leaves after 10 s) and run the reset again",
+        "application '{application_id}' still has {} active member(s) in its consumer group ({}); stop every instance (a killed one leaves after the session timeout: 10 s under the classic group protocol, the broker's group.consumer.session.timeout.ms under the consumer protocol) and run the reset again",
         members.len(),
         members.join(", ")
     )]
@@ -110,22 +118,23 @@ pub fn reset(
         .set("bootstrap.servers", bootstrap)
         .create()
         .map_err(kafka("creating the metadata client"))?;
-    let groups = client
-        .fetch_group_list(Some(application_id), timeout)
-        .map_err(kafka(format!(
+    // Under either group protocol (the classic DescribeGroups lists no
+    // members of a KIP-848 group).
+    let members = crate::runtime::group_describe::describe_group(
+        client.client(),
+        application_id,
+        timeout,
+    )
+    .map_err(|reason| ResetError::Describe {
+        context: format!(
             "describing consumer group '{application_id}' (is the broker at {bootstrap} reachable?)"
-        )))?;
-    let group = groups.groups().iter().find(|g| g.name() == application_id);
-    if let Some(group) = group
-        && !group.members().is_empty()
-    {
+        ),
+        reason,
+    })?;
+    if !members.is_empty() {
         return Err(ResetError::ActiveMembers {
             application_id: application_id.to_string(),
-            members: group
-                .members()
-                .iter()
-                .map(|m| m.client_id().to_string())
-                .collect(),
+            members: members.into_iter().map(|m| m.client_id).collect(),
         });
     }
 

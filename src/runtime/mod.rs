@@ -37,7 +37,7 @@ pub(crate) mod end_of_partition;
 mod env;
 mod error;
 mod global;
-mod group_describe;
+pub(crate) mod group_describe;
 mod group_protocol;
 mod purge;
 mod restore;
