@@ -138,7 +138,7 @@ impl fmt::Display for GroupProtocol {
 
 /// librdkafka consumer settings the `consumer` group protocol refuses
 /// (the broker owns them; `group.remote.assignor` is set by Weir).
-pub(crate) const CLASSIC_ONLY_CONSUMER_KEYS: &[&str] = &[
+const CLASSIC_ONLY_CONSUMER_KEYS: &[&str] = &[
     "session.timeout.ms",
     "heartbeat.interval.ms",
     "partition.assignment.strategy",
@@ -470,24 +470,34 @@ impl StreamsConfig {
                 }
             }
         }
-        if self.group_protocol == GroupProtocol::Consumer {
-            for (prefix, map) in [
-                ("kafka.", &self.client_overrides),
-                ("consumer.", &self.consumer_overrides),
-            ] {
-                for key in CLASSIC_ONLY_CONSUMER_KEYS {
-                    if map.contains_key(*key) {
-                        return Err(ConfigError::new(
-                            &format!("{prefix}{key}"),
-                            "not allowed with group_protocol = consumer: the broker sets it \
-                             (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, \
-                             and the range assignor); remove it or use group_protocol = classic",
-                        ));
-                    }
-                }
-            }
+        if self.group_protocol == GroupProtocol::Consumer
+            && let Some(key) = self.classic_only_consumer_key()
+        {
+            return Err(ConfigError::new(
+                &key,
+                "not allowed with group_protocol = consumer: the broker sets it \
+                 (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, \
+                 and the range assignor); remove it or use group_protocol = classic",
+            ));
         }
         Ok(())
+    }
+
+    /// The first consumer setting given (with its `kafka.`/`consumer.`
+    /// prefix) that only the classic group protocol takes
+    /// ([`CLASSIC_ONLY_CONSUMER_KEYS`]).
+    pub(crate) fn classic_only_consumer_key(&self) -> Option<String> {
+        [
+            ("kafka.", &self.client_overrides),
+            ("consumer.", &self.consumer_overrides),
+        ]
+        .into_iter()
+        .find_map(|(prefix, map)| {
+            CLASSIC_ONLY_CONSUMER_KEYS
+                .iter()
+                .find(|k| map.contains_key(**k))
+                .map(|k| format!("{prefix}{k}"))
+        })
     }
 
     /// The effective commit interval.
@@ -606,6 +616,23 @@ mod tests {
         assert_eq!(
             StreamsConfig::from_pairs(pairs).unwrap_err().key,
             "consumer.group.protocol"
+        );
+    }
+
+    #[test]
+    fn classic_only_settings_are_found_under_either_prefix() {
+        let mut config = StreamsConfig::new("app", "127.0.0.1:9092");
+        assert_eq!(config.classic_only_consumer_key(), None);
+        config
+            .consumer_overrides
+            .insert("max.poll.interval.ms".into(), "6000".into());
+        assert_eq!(config.classic_only_consumer_key(), None);
+        config
+            .client_overrides
+            .insert("heartbeat.interval.ms".into(), "1000".into());
+        assert_eq!(
+            config.classic_only_consumer_key().as_deref(),
+            Some("kafka.heartbeat.interval.ms")
         );
     }
 

@@ -17,7 +17,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::config::{CLASSIC_ONLY_CONSUMER_KEYS, GroupProtocol, StreamsConfig};
+use crate::config::{GroupProtocol, StreamsConfig};
 
 /// The broker setting that lists the group protocols it serves.
 const PROTOCOLS_KEY: &str = "group.coordinator.rebalance.protocols";
@@ -34,7 +34,7 @@ pub(crate) async fn resolve(
         tracing::info!(group_protocol = %asked, "consumer group protocol (configured)");
         return asked;
     }
-    if let Some(key) = classic_only_key(config) {
+    if let Some(key) = config.classic_only_consumer_key() {
         tracing::info!(
             group_protocol = "classic",
             "consumer group protocol (auto): {key} is set, which only the classic protocol takes"
@@ -64,21 +64,6 @@ pub(crate) async fn resolve(
             GroupProtocol::Classic
         }
     }
-}
-
-/// The first consumer setting given that the `consumer` protocol refuses.
-fn classic_only_key(config: &StreamsConfig) -> Option<String> {
-    [
-        ("kafka.", &config.client_overrides),
-        ("consumer.", &config.consumer_overrides),
-    ]
-    .into_iter()
-    .find_map(|(prefix, map)| {
-        CLASSIC_ONLY_CONSUMER_KEYS
-            .iter()
-            .find(|k| map.contains_key(**k))
-            .map(|k| format!("{prefix}{k}"))
-    })
 }
 
 /// `consumer` when the broker's protocol list names it.
@@ -125,7 +110,7 @@ async fn offered(
 
 #[cfg(test)]
 mod tests {
-    use super::{GroupProtocol, StreamsConfig, choose, classic_only_key};
+    use super::{GroupProtocol, choose};
 
     #[test]
     fn consumer_is_chosen_only_when_the_broker_lists_it() {
@@ -136,22 +121,5 @@ mod tests {
         );
         assert_eq!(choose("classic"), GroupProtocol::Classic);
         assert_eq!(choose(""), GroupProtocol::Classic);
-    }
-
-    #[test]
-    fn classic_only_settings_are_found_under_either_prefix() {
-        let mut config = StreamsConfig::new("app", "127.0.0.1:9092");
-        assert_eq!(classic_only_key(&config), None);
-        config
-            .consumer_overrides
-            .insert("max.poll.interval.ms".into(), "6000".into());
-        assert_eq!(classic_only_key(&config), None);
-        config
-            .client_overrides
-            .insert("heartbeat.interval.ms".into(), "1000".into());
-        assert_eq!(
-            classic_only_key(&config).as_deref(),
-            Some("kafka.heartbeat.interval.ms")
-        );
     }
 }
