@@ -124,16 +124,7 @@ impl StreamThread {
         self.assignment = assigned;
         let now = task_ids(&self.assignment, &self.env.layout);
         let before = std::mem::take(&mut self.revoked_tasks);
-        let moves = TaskMoves::between(&before, &now);
-        self.meter
-            .tasks_moved(moves.revoked, moves.assigned, moves.kept);
-        tracing::info!(
-            partitions = self.assignment.len(),
-            revoked = moves.revoked,
-            assigned = moves.assigned,
-            kept = moves.kept,
-            "assigned"
-        );
+        self.record_moves(TaskMoves::between(&before, &now), "assigned");
         let opened = self
             .producer
             .abort()
@@ -221,6 +212,20 @@ impl StreamThread {
         self.finish_incremental(TaskMoves::between(&before, &after));
     }
 
+    /// Counts a rebalance's task moves (`weir_rebalance_tasks_total`) and
+    /// logs them with `what` as the message.
+    fn record_moves(&mut self, moves: TaskMoves, what: &str) {
+        self.meter
+            .tasks_moved(moves.revoked, moves.assigned, moves.kept);
+        tracing::info!(
+            partitions = self.assignment.len(),
+            revoked = moves.revoked,
+            assigned = moves.assigned,
+            kept = moves.kept,
+            "{what}"
+        );
+    }
+
     /// Starts an incremental rebalance; returns whether the thread is
     /// recovering (its tasks are closed; the recovery reopens them).
     fn enter_incremental(&mut self) -> bool {
@@ -233,15 +238,7 @@ impl StreamThread {
 
     /// Counts and logs an incremental rebalance and leaves `Rebalancing`.
     fn finish_incremental(&mut self, moves: TaskMoves) {
-        self.meter
-            .tasks_moved(moves.revoked, moves.assigned, moves.kept);
-        tracing::info!(
-            partitions = self.assignment.len(),
-            revoked = moves.revoked,
-            assigned = moves.assigned,
-            kept = moves.kept,
-            "incremental rebalance"
-        );
+        self.record_moves(moves, "incremental rebalance");
         self.meter.rebalance_finished();
         if matches!(self.state, ThreadState::Rebalancing | ThreadState::Starting) {
             self.set_state(ThreadState::Running);
