@@ -132,36 +132,7 @@ impl<M: Buffered> TaskBuffers<M> {
         &mut self,
         assignment: impl IntoIterator<Item = (TaskId, String, i32)>,
     ) -> Vec<(String, i32)> {
-        let paused = self.paused_partitions();
-        self.tasks.clear();
-        self.index.clear();
-        self.buffered = 0;
-        for (task, topic, partition) in assignment {
-            let queues = self.tasks.entry(task).or_insert_with(|| TaskQueues {
-                partitions: Vec::new(),
-                non_empty: 0,
-                waiting_since: None,
-                enforced: false,
-            });
-            queues.partitions.push(PartitionQueue {
-                topic,
-                partition,
-                records: VecDeque::new(),
-                paused: false,
-            });
-        }
-        for (id, queues) in &mut self.tasks {
-            queues
-                .partitions
-                .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-            for (i, q) in queues.partitions.iter().enumerate() {
-                self.index
-                    .entry(q.topic.clone())
-                    .or_default()
-                    .insert(q.partition, (*id, i));
-            }
-        }
-        paused
+        self.rebuild(assignment, |_| false)
     }
 
     /// Moves to a changed `(task, topic, partition)` assignment (an
@@ -175,6 +146,17 @@ impl<M: Buffered> TaskBuffers<M> {
         assignment: impl IntoIterator<Item = (TaskId, String, i32)>,
         dropped: &[(String, i32)],
     ) -> Vec<(String, i32)> {
+        self.rebuild(assignment, |p| !dropped.contains(p))
+    }
+
+    /// Sets up the queues of `assignment`, keeping the queue (records and
+    /// pause) of each partition that stays with the same task and that
+    /// `keep` accepts; returns the paused partitions whose queues went.
+    fn rebuild(
+        &mut self,
+        assignment: impl IntoIterator<Item = (TaskId, String, i32)>,
+        keep: impl Fn(&(String, i32)) -> bool,
+    ) -> Vec<(String, i32)> {
         let mut old: HashMap<(String, i32), (TaskId, PartitionQueue<M>)> = HashMap::new();
         for (id, queues) in std::mem::take(&mut self.tasks) {
             for q in queues.partitions {
@@ -184,7 +166,7 @@ impl<M: Buffered> TaskBuffers<M> {
         for (task, topic, partition) in assignment {
             let key = (topic, partition);
             let kept = match old.remove(&key) {
-                Some((owner, q)) if owner == task && !dropped.contains(&key) => Some(q),
+                Some((owner, q)) if owner == task && keep(&key) => Some(q),
                 Some(other) => {
                     old.insert(key.clone(), other);
                     None
@@ -231,15 +213,6 @@ impl<M: Buffered> TaskBuffers<M> {
         old.into_values()
             .filter(|(_, q)| q.paused)
             .map(|(_, q)| (q.topic, q.partition))
-            .collect()
-    }
-
-    fn paused_partitions(&self) -> Vec<(String, i32)> {
-        self.tasks
-            .values()
-            .flat_map(|t| t.partitions.iter())
-            .filter(|q| q.paused)
-            .map(|q| (q.topic.clone(), q.partition))
             .collect()
     }
 
