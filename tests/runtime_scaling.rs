@@ -14,14 +14,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::counting::{Fixture, serial, tail, wait_for_output, word_count_truth};
-use common::weir_app::WeirApp;
+use common::weir_app::{WeirApp, http_get_at};
 use weir::topologies::word_count;
 
 const GUARANTEE: &str = "exactly_once_v2";
@@ -33,16 +32,7 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// `GET /metrics` of the server at `addr`.
 fn metrics_text(addr: SocketAddr) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    Some(response.split_once("\r\n\r\n")?.1.to_string())
+    http_get_at(addr, "/metrics").map(|(_, body)| body)
 }
 
 /// The tasks an instance runs now: those with a processed-records series.

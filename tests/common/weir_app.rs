@@ -128,21 +128,7 @@ impl WeirApp {
     /// `GET path` on its HTTP server: the status code and body, or `None`
     /// while the server is not up yet.
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        let addr = self.http_addr()?;
-        let mut stream = TcpStream::connect(addr).ok()?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let (head, body) = response.split_once("\r\n\r\n")?;
-        let status = head.split(' ').nth(1)?.parse().ok()?;
-        Some((status, body.to_string()))
+        http_get_at(self.http_addr()?, path)
     }
 
     /// Whether its `/health/ready` answers 200 (running, nothing restoring).
@@ -184,4 +170,23 @@ impl Drop for WeirApp {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `GET path` on the HTTP server at `addr`: the status code and body, or
+/// `None` when it does not answer.
+pub fn http_get_at(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
 }
