@@ -519,6 +519,93 @@ fn scaling_out_and_back_pauses_only_the_partitions_that_move() {
     }
 }
 
+/// An instance that joins a group with every partition taken gets none:
+/// under KIP-848 librdkafka then calls no rebalance callback at all. The
+/// instance is ready all the same (it stands by to take over), and takes
+/// the partitions when their owner leaves. Three instances of a
+/// one-partition application start one after another: which one owns the
+/// partition depends on the member ids, and at least one of the later two
+/// joins to find it taken unless each sorts before all earlier ones (1 in
+/// 6). Under each protocol.
+fn spare_instances(protocol: &'static str) {
+    let app_id = common::unique_topic(&format!("spare-{protocol}"));
+    let (input, output) = (format!("{app_id}-in"), format!("{app_id}-out"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 1), (&output, 1)]));
+    let f = Fixture {
+        topology: &word_count::WORD_COUNT,
+        app_id,
+        input,
+        output,
+        extra: vec![format!("group_protocol={protocol}")],
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let mut apps = Vec::new();
+    for i in 0..3 {
+        let mut app = f.start(i, GUARANTEE);
+        wait_ready(&mut [&mut app], Duration::from_secs(60));
+        apps.push(app);
+    }
+    let owners = |apps: &mut [WeirApp]| -> Vec<usize> {
+        (0..apps.len())
+            .filter(|&i| {
+                apps[i].is_running()
+                    && apps[i]
+                        .http_addr()
+                        .and_then(running_tasks)
+                        .is_some_and(|tasks| !tasks.is_empty())
+            })
+            .collect()
+    };
+    f.produce(0, 200);
+    let truth = word_count_truth(200);
+    let mut refs: Vec<&mut WeirApp> = apps.iter_mut().collect();
+    wait_for_output(&f.output, Duration::from_secs(120), &mut refs, |c| {
+        *c == truth
+    });
+    let owner = owners(&mut apps);
+    assert_eq!(
+        owner.len(),
+        1,
+        "{protocol}: one instance runs the one partition's tasks"
+    );
+    let owner = owner[0];
+    assert_eq!(apps[owner].stop(), Some(0), "{protocol}: the owner stops");
+    f.produce(200, 200);
+    let truth = word_count_truth(400);
+    let mut refs: Vec<&mut WeirApp> = apps
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| *i != owner)
+        .map(|(_, a)| a)
+        .collect();
+    let counts = wait_for_output(&f.output, Duration::from_secs(120), &mut refs, |c| {
+        *c == truth
+    });
+    assert_eq!(
+        counts, truth,
+        "{protocol}: a spare instance took over, exact"
+    );
+    let next = owners(&mut apps);
+    assert!(
+        next.len() == 1 && next[0] != owner,
+        "{protocol}: one of the spare instances runs the tasks now (owners {next:?}, first {owner})"
+    );
+    for (i, app) in apps.iter_mut().enumerate() {
+        if i != owner {
+            assert_eq!(app.stop(), Some(0));
+        }
+    }
+}
+
+#[test]
+fn an_instance_without_partitions_is_ready_and_takes_over() {
+    let _serial = serial();
+    spare_instances("consumer");
+    spare_instances("classic");
+}
+
 #[test]
 fn log_times_read_as_utc() {
     let t = log_time("2026-12-02T02:18:50.250000Z  INFO weir: x").unwrap();

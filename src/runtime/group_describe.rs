@@ -6,14 +6,32 @@
 //! such a group is described with `ConsumerGroupDescribe`. librdkafka's
 //! `DescribeConsumerGroups` admin call asks with the new request and falls
 //! back to the classic one for a classic group, but rdkafka does not wrap
-//! it: this module calls it through `rdkafka::bindings`, the only use of
-//! librdkafka's C API in Weir.
+//! it: this module calls it through `rdkafka::bindings`, as it reads a
+//! consumer's member epoch ([`member_epoch`]), which rdkafka does not
+//! expose either. These are the only uses of librdkafka's C API in Weir.
 
 use std::ffi::{CStr, CString, c_char};
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
 use rdkafka::client::{Client, ClientContext};
+
+/// The member epoch of `consumer` in its group (the generation under the
+/// classic protocol): positive once it joined, 0 or -1 before.
+pub(crate) fn member_epoch<C: ClientContext>(consumer: &Client<C>) -> i32 {
+    // SAFETY: `native_ptr` is the live handle `consumer` owns. The group
+    // metadata librdkafka returns is a copy owned by the caller, read
+    // once and destroyed here; a null result (not a consumer) is checked.
+    unsafe {
+        let metadata = rd::rd_kafka_consumer_group_metadata(consumer.native_ptr());
+        if metadata.is_null() {
+            return -1;
+        }
+        let epoch = rd::rd_kafka_consumer_group_metadata_generation_id(metadata);
+        rd::rd_kafka_consumer_group_metadata_destroy(metadata);
+        epoch
+    }
+}
 
 /// One member of the group.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -144,6 +144,9 @@ pub(crate) struct StreamThread {
     /// Committed offsets of repartition partitions not yet purged.
     purgeable: PurgeOffsets,
     last_purge: Instant,
+    /// While `Starting` under KIP-848: when the consumer was first seen
+    /// in the group (member epoch > 0) with no partitions.
+    joined_empty_at: Option<Instant>,
 }
 
 /// The stream thread shared by the loop and the rebalance callbacks.
@@ -205,6 +208,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         last_output_ms: std::collections::HashMap::new(),
         purgeable: PurgeOffsets::new(),
         last_purge: Instant::now(),
+        joined_empty_at: None,
     }));
     let context = RebalanceContext {
         thread: thread.clone(),

@@ -88,6 +88,9 @@ pub(super) fn main_loop(
         if let Some(e) = t.fatal.take() {
             return Err(e);
         }
+        if t.state == ThreadState::Starting {
+            t.note_empty_join(consumer);
+        }
         if t.state == ThreadState::Recovering {
             state.batch.clear();
             if Instant::now() >= t.retry_at {

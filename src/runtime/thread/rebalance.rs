@@ -16,6 +16,8 @@
 //!   the new ones. The other tasks keep their state, their buffered
 //!   records and the consumer's fetch positions, and go on processing.
 
+use std::time::{Duration, Instant};
+
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 
@@ -226,6 +228,29 @@ impl StreamThread {
         );
     }
 
+    /// Leaves `Starting` once the consumer is in the group with no
+    /// partitions. Under KIP-848 a member whose assignment is empty from
+    /// the start gets no rebalance callback (librdkafka calls it only when
+    /// the assignment changes), so without this an instance beyond the
+    /// partition count would never be ready. The consumer counts as joined
+    /// when its member epoch is positive and no assignment has followed
+    /// for [`EMPTY_JOIN_SETTLE`] (the callback of a non-empty first
+    /// assignment comes within milliseconds of the epoch).
+    pub(super) fn note_empty_join(&mut self, consumer: &BaseConsumer<RebalanceContext>) {
+        if !self.assignment.is_empty() || !incremental(consumer) {
+            return;
+        }
+        if crate::runtime::group_describe::member_epoch(consumer.client()) <= 0 {
+            self.joined_empty_at = None;
+            return;
+        }
+        let since = *self.joined_empty_at.get_or_insert_with(Instant::now);
+        if since.elapsed() >= EMPTY_JOIN_SETTLE {
+            tracing::info!("joined the group with no partitions (more members than partitions)");
+            self.set_state(ThreadState::Running);
+        }
+    }
+
     /// Starts an incremental rebalance; returns whether the thread is
     /// recovering (its tasks are closed; the recovery reopens them).
     fn enter_incremental(&mut self) -> bool {
@@ -245,6 +270,10 @@ impl StreamThread {
         }
     }
 }
+
+/// How long a KIP-848 member waits, in the group with no partitions, before
+/// it counts as started without any ([`StreamThread::note_empty_join`]).
+const EMPTY_JOIN_SETTLE: Duration = Duration::from_millis(500);
 
 /// Whether the consumer's rebalances are incremental (KIP-848's protocol
 /// reports itself as cooperative).
