@@ -11,7 +11,9 @@ use super::standby::{self, StandbyRegistry};
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
-use super::{AppState, StateCell, StateListener, StreamsError, topics};
+use super::{
+    AppState, KeyValueQuery, QueryBus, QueryError, StateCell, StateListener, StreamsError, topics,
+};
 use crate::config::{GroupProtocol, StreamsConfig};
 use crate::http::{Endpoints, HttpServer};
 use crate::metrics::Metrics;
@@ -35,6 +37,7 @@ pub struct KafkaStreams {
     metrics: Arc<Metrics>,
     http: Option<HttpServer>,
     buffer_stats: Arc<BufferStats>,
+    queries: Arc<QueryBus>,
 }
 
 impl KafkaStreams {
@@ -53,6 +56,7 @@ impl KafkaStreams {
             buffer_stats: Arc::new(BufferStats::default()),
             metrics: Arc::new(Metrics::new(&config.application_id)),
             http: None,
+            queries: Arc::new(QueryBus::new(config.num_stream_threads)),
             config,
         })
     }
@@ -106,6 +110,8 @@ impl KafkaStreams {
         }
         let (layout, purger, group_protocol) = self.prepare_topics()?;
         self.config.group_protocol = group_protocol;
+        self.queries
+            .set_partitions(layout.tasks_per_subtopology.clone());
         self.start_http()?;
         let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
         // Global tables are loaded in full before any stream thread starts.
@@ -128,6 +134,7 @@ impl KafkaStreams {
             buffer_stats: self.buffer_stats.clone(),
             purger,
             standbys: Arc::new(StandbyRegistry::default()),
+            queries: self.queries.clone(),
         });
         if self.config.num_standby_replicas > 0 {
             self.spawn_standby_thread(&env, &process_id)?;
@@ -275,6 +282,30 @@ impl KafkaStreams {
         self.state_dir = None;
         self.http = None;
         true
+    }
+
+    /// Read-only access to key-value store `store` of this instance's
+    /// active tasks, typed as the topology declared it (`K`/`V` must be
+    /// the store's key and value types). Reads go through the stream
+    /// threads and see committed state under exactly-once; see
+    /// [`KeyValueQuery`].
+    ///
+    /// ```no_run
+    /// # fn f(app: &weir::runtime::KafkaStreams) -> Result<(), weir::runtime::QueryError> {
+    /// let counts = app.key_value_store::<String, i64>("counts")?;
+    /// let the = counts.get(&"the".to_string())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn key_value_store<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<KeyValueQuery<K, V>, QueryError> {
+        KeyValueQuery::new(
+            self.queries.clone(),
+            self.state.clone(),
+            &self.topology,
+            store,
+        )
     }
 
     /// The address the HTTP server ([`crate::http`]) listens on, once

@@ -32,4 +32,6 @@ pub(crate) struct ThreadEnv {
     pub(crate) purger: Purger,
     /// Active and standby tasks of this instance.
     pub(crate) standbys: Arc<StandbyRegistry>,
+    /// Interactive queries waiting for the stream threads.
+    pub(crate) queries: Arc<super::QueryBus>,
 }

@@ -14,6 +14,8 @@
 //! * `error.rs` — [`StreamsError`] and its [`Recovery`] classes;
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
+//! * `query.rs` — interactive queries: reading stores through the stream
+//!   threads ([`KeyValueQuery`]);
 //! * `changelog/` — the changelog reader: from a store's committed offset
 //!   to the end of its changelog partition, into `restore_batch`;
 //! * `standby.rs` — standby replicas (follow changelogs with the reader);
@@ -40,6 +42,7 @@ mod global;
 pub(crate) mod group_describe;
 mod group_protocol;
 mod purge;
+mod query;
 mod restore;
 mod standby;
 mod state;
@@ -52,6 +55,8 @@ pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};
 pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
+pub(crate) use query::QueryBus;
+pub use query::{KeyValueQuery, QueryError};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
 pub use state::{AppState, StateListener};

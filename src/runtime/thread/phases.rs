@@ -125,6 +125,7 @@ pub(super) fn main_loop(
         if let Err(e) = result {
             t.handle_error(e)?;
         }
+        answer_queries(env, &t);
     }
     Ok(())
 }
@@ -160,6 +161,21 @@ fn run_phases<'c>(
     maybe_commit(env, t, consumer, state)
 }
 
+/// Answers the interactive queries waiting for this thread. Under
+/// exactly-once only when nothing was processed since the last commit, so
+/// they read committed state (see `runtime/query.rs`).
+fn answer_queries(env: &ThreadEnv, t: &StreamThread) {
+    if env.config.is_exactly_once() && t.tasks.commit_needed() {
+        return;
+    }
+    if !env.queries.has_pending(t.index) {
+        return;
+    }
+    for pending in env.queries.take(t.index) {
+        crate::runtime::query::answer(pending, t.tasks.running(), t.tasks.restoring_tasks());
+    }
+}
+
 /// Polls up to [`MAX_BATCH`] records; transient errors are logged (rate
 /// limited) and polling goes on; errors that are not transient are returned.
 /// While tasks restore, polling does not wait (the restore slice does).
@@ -183,7 +199,7 @@ fn poll<'c>(
     };
     state.batch.clear();
     state.poll_started = Instant::now();
-    let mut next = consumer.poll(timeout);
+    let mut next = first_poll(env, consumer, timeout, index);
     while let Some(polled) = next {
         match polled {
             Ok(message) => state.batch.push(message),
@@ -198,6 +214,31 @@ fn poll<'c>(
         next = consumer.poll(Duration::ZERO);
     }
     Ok(())
+}
+
+/// How often a waiting poll looks for interactive queries.
+const QUERY_POLL_SLICE: Duration = Duration::from_millis(5);
+
+/// Waits up to `timeout` for the first record, in slices of
+/// [`QUERY_POLL_SLICE`], and returns early (with nothing) once a query
+/// waits for this thread: an idle thread answers queries within a slice,
+/// not a whole `poll_ms`. (librdkafka's poll cannot be woken from another
+/// thread through rdkafka: its poll loop waits out the timeout.)
+fn first_poll<'c>(
+    env: &ThreadEnv,
+    consumer: &'c BaseConsumer<RebalanceContext>,
+    timeout: Duration,
+    index: usize,
+) -> Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'c>>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let slice = left.min(QUERY_POLL_SLICE);
+        let polled = consumer.poll(slice);
+        if polled.is_some() || left <= slice || env.queries.has_pending(index) {
+            return polled;
+        }
+    }
 }
 
 /// Moves the polled batch into the per-partition buffers.

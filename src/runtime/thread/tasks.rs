@@ -90,6 +90,16 @@ impl TaskManager {
         self.tasks.iter().map(|(id, t)| (id, t.metrics()))
     }
 
+    /// The running tasks.
+    pub(crate) fn running(&self) -> impl Iterator<Item = &TaskInstance> {
+        self.tasks.values()
+    }
+
+    /// The tasks still restoring.
+    pub(crate) fn restoring_tasks(&self) -> impl Iterator<Item = &TaskInstance> {
+        self.restoring.iter().map(|r| &r.task)
+    }
+
     /// Task `id`, when active here.
     pub(crate) fn task(&self, id: TaskId) -> Option<&TaskInstance> {
         self.tasks.get(&id)

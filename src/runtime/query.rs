@@ -1,0 +1,556 @@
+//! Interactive queries of key-value stores: reading a named store across
+//! this instance's active tasks while the application runs.
+//!
+//! A store's tasks belong to the stream threads, which own them without
+//! locks; so a query is not read from another thread. It is posted to
+//! every stream thread's inbox ([`QueryBus`]) and each thread answers for
+//! its own tasks between two rounds of its loop, then the answers are
+//! merged. A thread answers within one `poll_ms` when idle.
+//!
+//! **Isolation.** Under exactly-once a thread answers only when nothing
+//! was processed since its last commit (right after a commit, or while
+//! idle), so a query sees committed state: what the output topics show to
+//! a `read_committed` reader, never a count an aborted transaction would
+//! take back. Under at-least-once it answers at once and may see updates
+//! of the open commit interval (as Kafka Streams' interactive queries do).
+//!
+//! **Which task.** A key belongs to one partition of the store's
+//! sub-topology: `murmur2(serialized key) mod partitions`, as the default
+//! partitioner puts it (Kafka's and librdkafka's `murmur2_random`), so a
+//! `get` asks only that task. When no task of this instance holds it, the
+//! answer says so ([`QueryError::NotLocal`]); while it restores,
+//! [`QueryError::Unavailable`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{AppState, StateCell};
+use crate::processor::{TaskId, TaskInstance};
+use crate::serdes::SharedSerde;
+use crate::state::KeyValueStore;
+use crate::state::StoreKind;
+use crate::topology::Topology;
+
+/// How long a query waits for the stream threads' answers.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a query could not be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The topology has no store of that name.
+    #[error("no store named {store:?}; the topology's stores are {known:?}")]
+    UnknownStore {
+        /// The name asked for.
+        store: String,
+        /// The topology's queryable stores.
+        known: Vec<String>,
+    },
+    /// The store is not a key-value store.
+    #[error("store {store:?} is a {kind} store; only key-value stores are queried this way")]
+    WrongKind {
+        /// The store.
+        store: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// The store holds other types than the ones asked for.
+    #[error("store {store:?} holds {key_type} → {value_type}")]
+    WrongTypes {
+        /// The store.
+        store: String,
+        /// Its key type.
+        key_type: &'static str,
+        /// Its value type.
+        value_type: &'static str,
+    },
+    /// A key or value could not be (de)serialized.
+    #[error("store {store:?}: {message}")]
+    Serde {
+        /// The store.
+        store: String,
+        /// What failed.
+        message: String,
+    },
+    /// The key's task is not active on this instance.
+    #[error("the key of store {store:?} belongs to task {task}, which this instance does not run")]
+    NotLocal {
+        /// The store.
+        store: String,
+        /// The task that holds the key.
+        task: TaskId,
+    },
+    /// The application is not running, or the key's task is restoring or
+    /// moving: retry later.
+    #[error("store {store:?} is not available now ({reason}); retry")]
+    Unavailable {
+        /// The store.
+        store: String,
+        /// Why.
+        reason: String,
+    },
+    /// A store read failed.
+    #[error("store {store:?}: reading failed: {message}")]
+    Store {
+        /// The store.
+        store: String,
+        /// The store error.
+        message: String,
+    },
+}
+
+/// One read of a key-value store, on serialized keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KvRead {
+    /// The value of one key.
+    Get(Vec<u8>),
+    /// Entries with keys in `from..=to` (serialized key order); `None` is
+    /// unbounded.
+    Range {
+        from: Option<Vec<u8>>,
+        to: Option<Vec<u8>>,
+    },
+    /// Entries whose serialized key starts with the bytes.
+    Prefix(Vec<u8>),
+    /// The approximate number of entries.
+    Count,
+}
+
+/// One thread's answer to a query.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadAnswer {
+    /// Entries found, per task that has the store.
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    count: u64,
+    /// Tasks of this thread that have the store, answering.
+    running: BTreeSet<TaskId>,
+    /// Tasks of this thread that have the store and still restore.
+    restoring: BTreeSet<TaskId>,
+    /// A read that failed.
+    error: Option<String>,
+}
+
+/// A query waiting in a thread's inbox.
+pub(crate) struct Pending {
+    store: Arc<str>,
+    read: Arc<KvRead>,
+    /// Only this task answers (a `get`); `None`: every task of the store.
+    task: Option<TaskId>,
+    reply: mpsc::Sender<ThreadAnswer>,
+}
+
+/// Where queries wait for the stream threads; see the module docs.
+pub(crate) struct QueryBus {
+    inboxes: Vec<Mutex<Vec<Pending>>>,
+    /// Partitions per sub-topology, known once the application started.
+    partitions: Mutex<Option<Vec<i32>>>,
+}
+
+impl QueryBus {
+    /// A bus for `threads` stream threads.
+    pub(crate) fn new(threads: usize) -> Self {
+        QueryBus {
+            inboxes: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
+            partitions: Mutex::new(None),
+        }
+    }
+
+    /// Records the partition count of each sub-topology (at start).
+    pub(crate) fn set_partitions(&self, tasks_per_subtopology: Vec<i32>) {
+        *self.partitions.lock().expect("query bus lock") = Some(tasks_per_subtopology);
+    }
+
+    /// The queries waiting for thread `index`.
+    pub(crate) fn take(&self, index: usize) -> Vec<Pending> {
+        match self.inboxes.get(index) {
+            Some(inbox) => std::mem::take(&mut *inbox.lock().expect("query bus lock")),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether queries wait for thread `index`.
+    pub(crate) fn has_pending(&self, index: usize) -> bool {
+        self.inboxes
+            .get(index)
+            .is_some_and(|inbox| !inbox.lock().expect("query bus lock").is_empty())
+    }
+
+    /// The task of `subtopology` that holds the serialized key `key`;
+    /// `None` before the application started.
+    fn task_of(&self, subtopology: u32, key: &[u8]) -> Option<TaskId> {
+        let partitions = self.partitions.lock().expect("query bus lock");
+        let count = *partitions.as_ref()?.get(subtopology as usize)?;
+        Some(TaskId {
+            subtopology,
+            partition: partition_of(key, count),
+        })
+    }
+
+    /// Posts `read` of `store` to every thread and merges their answers.
+    fn ask(&self, store: &str, read: KvRead, task: Option<TaskId>) -> Result<Merged, QueryError> {
+        let (reply, answers) = mpsc::channel();
+        let store_name: Arc<str> = Arc::from(store);
+        let read = Arc::new(read);
+        for inbox in &self.inboxes {
+            inbox.lock().expect("query bus lock").push(Pending {
+                store: store_name.clone(),
+                read: read.clone(),
+                task,
+                reply: reply.clone(),
+            });
+        }
+        drop(reply);
+        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+        let mut merged = Merged::default();
+        for _ in 0..self.inboxes.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let answer = answers
+                .recv_timeout(left)
+                .map_err(|_| QueryError::Unavailable {
+                    store: store.to_string(),
+                    reason: format!("the stream threads did not answer within {ANSWER_TIMEOUT:?}"),
+                })?;
+            if let Some(message) = answer.error {
+                return Err(QueryError::Store {
+                    store: store.to_string(),
+                    message,
+                });
+            }
+            merged.entries.extend(answer.entries);
+            merged.count += answer.count;
+            merged.running.extend(answer.running);
+            merged.restoring.extend(answer.restoring);
+        }
+        merged.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        merged.entries.dedup_by(|a, b| a.0 == b.0);
+        Ok(merged)
+    }
+}
+
+/// The answers of all threads, merged.
+#[derive(Debug, Default)]
+struct Merged {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    count: u64,
+    running: BTreeSet<TaskId>,
+    restoring: BTreeSet<TaskId>,
+}
+
+/// Answers `pending` from the tasks of one thread: `running` answer,
+/// `restoring` are only named.
+pub(crate) fn answer<'a>(
+    pending: Pending,
+    running: impl Iterator<Item = &'a TaskInstance>,
+    restoring: impl Iterator<Item = &'a TaskInstance>,
+) {
+    let mut answer = ThreadAnswer::default();
+    let store = &*pending.store;
+    let wanted = |task: &TaskInstance| pending.task.is_none_or(|id| id == task.id());
+    for task in running.filter(|t| wanted(t)) {
+        let Some(read) = task.read_store(store, |s| read_kv(s, &pending.read)) else {
+            continue;
+        };
+        answer.running.insert(task.id());
+        match read {
+            Ok((entries, count)) => {
+                answer.entries.extend(entries);
+                answer.count += count;
+            }
+            Err(e) => answer.error = Some(e.to_string()),
+        }
+    }
+    for task in restoring.filter(|t| wanted(t)) {
+        if task.read_store(store, |_| ()).is_some() {
+            answer.restoring.insert(task.id());
+        }
+    }
+    // The asker may have given up (timeout): nothing to do then.
+    let _ = pending.reply.send(answer);
+}
+
+type KvEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn read_kv(
+    store: &dyn KeyValueStore,
+    read: &KvRead,
+) -> Result<(KvEntries, u64), crate::state::StoreError> {
+    let collect = |iter: crate::state::KvIter<'_>| iter.collect::<Result<Vec<_>, _>>();
+    Ok(match read {
+        KvRead::Get(key) => (
+            store
+                .get(key)?
+                .map(|v| (key.clone(), v))
+                .into_iter()
+                .collect(),
+            0,
+        ),
+        KvRead::Range { from, to } => {
+            let bound = |b: &Option<Vec<u8>>| match b {
+                Some(k) => Bound::Included(k.clone()),
+                None => Bound::Unbounded,
+            };
+            let (from, to) = (bound(from), bound(to));
+            let entries = collect(store.range(
+                from.as_ref().map(Vec::as_slice),
+                to.as_ref().map(Vec::as_slice),
+            )?)?;
+            (entries, 0)
+        }
+        KvRead::Prefix(prefix) => (collect(store.prefix_scan(prefix)?)?, 0),
+        KvRead::Count => (Vec::new(), store.approximate_num_entries()?),
+    })
+}
+
+/// Kafka's `murmur2` hash (as the Java client and librdkafka's
+/// `murmur2_random` partitioner compute it).
+pub(crate) fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let mut h: u32 = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() >= 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition of `partitions` the default partitioner gives a record
+/// with serialized key `key`.
+pub(crate) fn partition_of(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions.max(1) as u32) as i32
+}
+
+/// The queryable stores of `topology`: name → (kind, sub-topology).
+fn stores_of(topology: &Topology) -> BTreeMap<String, (StoreKind, u32)> {
+    let mut stores = BTreeMap::new();
+    for (index, sub) in topology.subtopologies.iter().enumerate() {
+        for &s in &sub.stores {
+            let def = &topology.stores[s];
+            stores.insert(def.name.clone(), (def.kind, index as u32));
+        }
+    }
+    stores
+}
+
+/// Read-only, typed access to key-value store `store` across this
+/// instance's active tasks; from [`crate::runtime::KafkaStreams::key_value_store`].
+pub struct KeyValueQuery<K, V> {
+    bus: Arc<QueryBus>,
+    state: Arc<StateCell>,
+    store: String,
+    subtopology: u32,
+    key_serde: SharedSerde<K>,
+    value_serde: SharedSerde<V>,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
+    pub(crate) fn new(
+        bus: Arc<QueryBus>,
+        state: Arc<StateCell>,
+        topology: &Topology,
+        store: &str,
+    ) -> Result<Self, QueryError> {
+        let stores = stores_of(topology);
+        let Some(&(kind, subtopology)) = stores.get(store) else {
+            return Err(QueryError::UnknownStore {
+                store: store.to_string(),
+                known: stores.keys().cloned().collect(),
+            });
+        };
+        if kind != StoreKind::KeyValue {
+            return Err(QueryError::WrongKind {
+                store: store.to_string(),
+                kind: kind.label().to_string(),
+            });
+        }
+        let def = topology
+            .stores
+            .iter()
+            .find(|d| d.name == store)
+            .expect("listed above");
+        let (Some(key_serde), Some(value_serde)) = (
+            def.serdes.key.downcast_ref::<SharedSerde<K>>(),
+            def.serdes.value.downcast_ref::<SharedSerde<V>>(),
+        ) else {
+            return Err(QueryError::WrongTypes {
+                store: store.to_string(),
+                key_type: def.serdes.key_type,
+                value_type: def.serdes.value_type,
+            });
+        };
+        Ok(KeyValueQuery {
+            bus,
+            state,
+            store: store.to_string(),
+            subtopology,
+            key_serde: key_serde.clone(),
+            value_serde: value_serde.clone(),
+            _types: PhantomData,
+        })
+    }
+
+    fn serde_error(&self, e: impl std::fmt::Display) -> QueryError {
+        QueryError::Serde {
+            store: self.store.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn key_bytes(&self, key: &K) -> Result<Vec<u8>, QueryError> {
+        let mut out = Vec::new();
+        self.key_serde
+            .serialize(&self.store, key, &mut out)
+            .map_err(|e| self.serde_error(e))?;
+        Ok(out)
+    }
+
+    fn typed(&self, entries: KvEntries) -> Result<Vec<(K, V)>, QueryError> {
+        entries
+            .into_iter()
+            .map(|(k, v)| {
+                Ok((
+                    self.key_serde
+                        .deserialize(&self.store, &k)
+                        .map_err(|e| self.serde_error(e))?,
+                    self.value_serde
+                        .deserialize(&self.store, &v)
+                        .map_err(|e| self.serde_error(e))?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The task that holds `key` (`None` before the application started).
+    pub fn task_of(&self, key: &K) -> Result<Option<TaskId>, QueryError> {
+        Ok(self.bus.task_of(self.subtopology, &self.key_bytes(key)?))
+    }
+
+    /// The committed value of `key`. [`QueryError::NotLocal`] when its task
+    /// runs elsewhere, [`QueryError::Unavailable`] while it restores here or
+    /// the application is not `Running` (a rebalance may be moving it).
+    pub fn get(&self, key: &K) -> Result<Option<V>, QueryError> {
+        let bytes = self.key_bytes(key)?;
+        let Some(task) = self.bus.task_of(self.subtopology, &bytes) else {
+            return Err(QueryError::Unavailable {
+                store: self.store.clone(),
+                reason: "the application has not started".into(),
+            });
+        };
+        let merged = self.bus.ask(&self.store, KvRead::Get(bytes), Some(task))?;
+        if merged.restoring.contains(&task) {
+            return Err(QueryError::Unavailable {
+                store: self.store.clone(),
+                reason: format!("task {task} is restoring"),
+            });
+        }
+        if !merged.running.contains(&task) {
+            let state = self.state.get();
+            if state != AppState::Running {
+                return Err(QueryError::Unavailable {
+                    store: self.store.clone(),
+                    reason: format!("the application is {state:?}"),
+                });
+            }
+            return Err(QueryError::NotLocal {
+                store: self.store.clone(),
+                task,
+            });
+        }
+        Ok(self.typed(merged.entries)?.pop().map(|(_, v)| v))
+    }
+
+    fn scan(&self, read: KvRead) -> Result<Vec<(K, V)>, QueryError> {
+        let merged = self.bus.ask(&self.store, read, None)?;
+        self.typed(merged.entries)
+    }
+
+    /// Entries with serialized keys between those of `from` and `to`
+    /// (inclusive; `None`: unbounded), in serialized key order, from every
+    /// task of the store this instance runs (tasks still restoring are
+    /// left out; [`KeyValueQuery::tasks`] names them).
+    pub fn range(&self, from: Option<&K>, to: Option<&K>) -> Result<Vec<(K, V)>, QueryError> {
+        let from = from.map(|k| self.key_bytes(k)).transpose()?;
+        let to = to.map(|k| self.key_bytes(k)).transpose()?;
+        self.scan(KvRead::Range { from, to })
+    }
+
+    /// Entries whose serialized key starts with `prefix`'s.
+    pub fn prefix(&self, prefix: &K) -> Result<Vec<(K, V)>, QueryError> {
+        self.scan(KvRead::Prefix(self.key_bytes(prefix)?))
+    }
+
+    /// Every entry of the store's local tasks.
+    pub fn all(&self) -> Result<Vec<(K, V)>, QueryError> {
+        self.range(None, None)
+    }
+
+    /// An estimate of the entries in the store's local tasks.
+    pub fn approximate_num_entries(&self) -> Result<u64, QueryError> {
+        Ok(self.bus.ask(&self.store, KvRead::Count, None)?.count)
+    }
+
+    /// The store's tasks on this instance: answering, and restoring.
+    pub fn tasks(&self) -> Result<(Vec<TaskId>, Vec<TaskId>), QueryError> {
+        let merged = self.bus.ask(&self.store, KvRead::Count, None)?;
+        Ok((
+            merged.running.into_iter().collect(),
+            merged.restoring.into_iter().collect(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_kafka() {
+        // Kafka's UtilsTest.testMurmur2.
+        let cases: [(&[u8], i32); 5] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+        ];
+        for (data, expected) in cases {
+            assert_eq!(murmur2(data) as i32, expected, "{data:?}");
+        }
+    }
+
+    #[test]
+    fn partitions_are_the_positive_hash_modulo_the_count() {
+        for key in [&b"a"[..], b"the", b"", b"\xff\xfe"] {
+            let p = partition_of(key, 4);
+            assert!((0..4).contains(&p));
+            assert_eq!(p, ((murmur2(key) & 0x7fff_ffff) % 4) as i32);
+        }
+    }
+}
