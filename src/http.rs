@@ -39,6 +39,8 @@ pub(crate) struct Endpoints {
     pub(crate) state: Arc<StateCell>,
     pub(crate) topology_text: String,
     pub(crate) topology_mermaid: String,
+    /// Interactive queries (`/stores`).
+    pub(crate) stores: Arc<crate::runtime::StoreService>,
 }
 
 /// A running server; dropping it stops the server and joins its thread.
@@ -76,7 +78,7 @@ impl HttpServer {
                     }
                 })
             })?;
-        tracing::info!(%addr, "HTTP server listening (/metrics, /health/live, /health/ready, /topology)");
+        tracing::info!(%addr, "HTTP server listening (/metrics, /health/live, /health/ready, /topology, /stores)");
         Ok(HttpServer {
             addr,
             stop: Some(stop),
@@ -142,6 +144,15 @@ async fn connection(mut stream: tokio::net::TcpStream, endpoints: Arc<Endpoints>
     })
     .await;
     let response = match read {
+        Ok(Ok(true)) if store_target(&head).is_some() => {
+            let (path, query) = store_target(&head).expect("checked");
+            let stores = endpoints.stores.clone();
+            // Queries wait for the stream threads: off the server's thread.
+            match tokio::task::spawn_blocking(move || stores.answer(&path, &query)).await {
+                Ok(answer) => Response::json_answer(answer),
+                Err(_) => Response::text(500, "the query failed\n".into()),
+            }
+        }
         Ok(Ok(true)) => respond(&endpoints, &head),
         Ok(Ok(false)) if head.len() > MAX_HEAD => {
             Response::text(431, "request head too large\n".into())
@@ -153,10 +164,25 @@ async fn connection(mut stream: tokio::net::TcpStream, endpoints: Arc<Endpoints>
     let _ = stream.shutdown().await;
 }
 
+/// `(path, query)` of a `GET` under `/stores`.
+fn store_target(head: &[u8]) -> Option<(String, String)> {
+    let line = head.split(|&b| b == b'\r').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next()?, parts.next()?);
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    (path == "/stores" || path.starts_with("/stores/"))
+        .then(|| (path.to_string(), query.to_string()))
+}
+
 struct Response {
     status: u16,
     content_type: &'static str,
     body: String,
+    retry_after: bool,
 }
 
 impl Response {
@@ -165,6 +191,16 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             body,
+            retry_after: false,
+        }
+    }
+
+    fn json_answer(answer: crate::runtime::StoreAnswer) -> Self {
+        Response {
+            status: answer.status,
+            content_type: "application/json",
+            body: format!("{}\n", answer.body),
+            retry_after: answer.retry_after,
         }
     }
 
@@ -175,14 +211,16 @@ impl Response {
             404 => "Not Found",
             405 => "Method Not Allowed",
             431 => "Request Header Fields Too Large",
+            500 => "Internal Server Error",
             503 => "Service Unavailable",
             _ => "",
         };
         let mut out = format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
             self.status,
             self.content_type,
-            self.body.len()
+            self.body.len(),
+            if self.retry_after { "Retry-After: 1\r\n" } else { "" }
         )
         .into_bytes();
         if !head_only {
@@ -208,6 +246,7 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
             status: 200,
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: endpoints.metrics.encode_text(),
+            retry_after: false,
         },
         "/health/live" => {
             let state = endpoints.state.get();
@@ -216,6 +255,7 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
                 status: if live { 200 } else { 503 },
                 content_type: "application/json",
                 body: format!("{{\"live\":{live},\"state\":\"{state:?}\"}}\n"),
+                retry_after: false,
             }
         }
         "/health/ready" => {
@@ -228,6 +268,7 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
                 body: format!(
                     "{{\"ready\":{ready},\"state\":\"{state:?}\",\"restoring_tasks\":{restoring}}}\n"
                 ),
+                retry_after: false,
             }
         }
         "/topology" if query.split('&').any(|q| q == "format=mermaid") => {
@@ -236,7 +277,9 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
         "/topology" => Response::text(200, endpoints.topology_text.clone()),
         _ => Response::text(
             404,
-            format!("no such path {path}; try /metrics, /health/live, /health/ready, /topology\n"),
+            format!(
+                "no such path {path}; try /metrics, /health/live, /health/ready, /topology, /stores\n"
+            ),
         ),
     }
 }

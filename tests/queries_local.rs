@@ -2,7 +2,10 @@
 //! broker: word count under exactly-once with two stream threads; once the
 //! input is processed, `get` of every word returns the word's last count
 //! in the output topic (read `read_committed`), a scan of the whole store
-//! returns the table once, and wrong names and types are refused.
+//! returns the table once, and wrong names and types are refused. The same
+//! over HTTP (`/stores`): every word's count as JSON, the whole table from
+//! a range, keys with `/`, `%`, `?`, `#`, spaces and non-ASCII decoded
+//! once, and bad requests answered 4xx with a reason.
 
 mod common;
 
@@ -10,6 +13,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::counting::{output_counts, serial, word_count_truth};
+use common::weir_app::http_get_at;
+use serde_json::Value;
 use weir::config::StreamsConfig;
 use weir::runtime::{AppState, KafkaStreams, QueryError};
 use weir::topologies::word_count;
@@ -38,6 +43,7 @@ fn every_word_reads_its_committed_count() {
         ("state_dir", &state.path().display().to_string()),
         ("processing_guarantee", "exactly_once_v2"),
         ("num_stream_threads", "2"),
+        ("http_bind", "127.0.0.1:0"),
     ])
     .unwrap();
     let mut streams = KafkaStreams::new(topology, config).unwrap();
@@ -112,5 +118,89 @@ fn every_word_reads_its_committed_count() {
         "{} words read one by one, {per_get:?} per get (through the stream threads)",
         topic.len()
     );
+
+    // Over HTTP.
+    let addr = streams.http_addr().expect("the HTTP server runs");
+    let get = |path: &str| -> (u16, Value) {
+        let (status, body) = http_get_at(addr, path).expect("the server answers");
+        let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        (status, json)
+    };
+    let (status, stores) = get("/stores");
+    assert_eq!(status, 200);
+    assert_eq!(
+        stores["stores"],
+        serde_json::json!([{"name": "counts", "kind": "key-value", "key_type": "String", "value_type": "i64"}])
+    );
+    for (word, count) in &topic {
+        let (status, answer) = get(&format!("/stores/counts/keys/{}", encode(word)));
+        assert_eq!(status, 200, "{word}: {answer}");
+        assert_eq!(answer["value"], serde_json::json!(count), "{word}");
+        assert_eq!(answer["key"], serde_json::json!(word));
+        assert_eq!(answer["served_by"], serde_json::json!(addr.to_string()));
+    }
+    let (status, range) = get("/stores/counts/range");
+    assert_eq!(status, 200);
+    let table: BTreeMap<String, i64> = range["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap().to_string(),
+                e["value"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(table, topic, "the range over all keys is the table");
+    assert_eq!(range["entries"].as_array().unwrap().len(), topic.len());
+    let (status, bounded) = get(&format!(
+        "/stores/counts/range?from={}&to={}",
+        encode(&first),
+        encode(&first)
+    ));
+    assert_eq!(
+        (status, bounded["entries"].as_array().unwrap().len()),
+        (200, 1)
+    );
+
+    let odd = "a/b%c?# é";
+    let (status, answer) = get(&format!("/stores/counts/keys/{}", encode(odd)));
+    assert_eq!(status, 404, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{odd:?}")),
+        "the key was decoded exactly once: {answer}"
+    );
+    for (path, status, reason) in [
+        ("/stores/nope/keys/x", 404, "no store named \"nope\""),
+        ("/stores/counts/keys/%ZZ", 400, "malformed percent-escape"),
+        ("/stores/counts/keys/%FF", 400, "UTF-8"),
+        ("/stores/counts/range?from=z&to=a", 400, "from is after to"),
+        ("/stores/counts/range?since=a", 400, "unknown parameter"),
+        ("/stores/counts/other", 404, "no such resource"),
+    ] {
+        let (got, answer) = get(path);
+        assert_eq!(got, status, "{path}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(reason),
+            "{path}: {answer}"
+        );
+    }
     assert!(streams.close(Duration::from_secs(30)));
+}
+
+/// Percent-encodes every byte but unreserved ASCII.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

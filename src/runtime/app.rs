@@ -12,7 +12,8 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
 use super::{
-    AppState, KeyValueQuery, QueryBus, QueryError, StateCell, StateListener, StreamsError, topics,
+    AppState, KeyValueQuery, QueryBus, QueryError, StateCell, StateListener, StoreService,
+    StreamsError, topics,
 };
 use crate::config::{GroupProtocol, StreamsConfig};
 use crate::http::{Endpoints, HttpServer};
@@ -174,7 +175,13 @@ impl KafkaStreams {
             return Ok(());
         };
         let description = self.topology.describe();
+        let stores = Arc::new(StoreService::new(
+            self.queries.clone(),
+            self.state.clone(),
+            &self.topology,
+        ));
         let endpoints = Endpoints {
+            stores: stores.clone(),
             metrics: self.metrics.clone(),
             state: self.state.clone(),
             topology_text: description.to_string(),
@@ -184,6 +191,7 @@ impl KafkaStreams {
             context: "starting the HTTP server (http_bind)",
             source,
         })?;
+        stores.set_served_by(server.addr().to_string());
         self.http = Some(server);
         Ok(())
     }

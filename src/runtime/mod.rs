@@ -15,7 +15,8 @@
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
 //! * `query.rs` — interactive queries: reading stores through the stream
-//!   threads ([`KeyValueQuery`]);
+//!   threads ([`KeyValueQuery`]); `query_text.rs` — the same over HTTP
+//!   (`/stores`), keys from URL text, values as JSON;
 //! * `changelog/` — the changelog reader: from a store's committed offset
 //!   to the end of its changelog partition, into `restore_batch`;
 //! * `standby.rs` — standby replicas (follow changelogs with the reader);
@@ -43,6 +44,7 @@ pub(crate) mod group_describe;
 mod group_protocol;
 mod purge;
 mod query;
+mod query_text;
 mod restore;
 mod standby;
 mod state;
@@ -57,6 +59,7 @@ pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
 pub(crate) use query::QueryBus;
 pub use query::{KeyValueQuery, QueryError};
+pub(crate) use query_text::{Answer as StoreAnswer, StoreService};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
 pub use state::{AppState, StateListener};

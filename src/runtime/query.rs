@@ -180,7 +180,7 @@ impl QueryBus {
 
     /// The task of `subtopology` that holds the serialized key `key`;
     /// `None` before the application started.
-    fn task_of(&self, subtopology: u32, key: &[u8]) -> Option<TaskId> {
+    pub(crate) fn task_of(&self, subtopology: u32, key: &[u8]) -> Option<TaskId> {
         let partitions = self.partitions.lock().expect("query bus lock");
         let count = *partitions.as_ref()?.get(subtopology as usize)?;
         Some(TaskId {
@@ -190,7 +190,12 @@ impl QueryBus {
     }
 
     /// Posts `read` of `store` to every thread and merges their answers.
-    fn ask(&self, store: &str, read: KvRead, task: Option<TaskId>) -> Result<Merged, QueryError> {
+    pub(crate) fn ask(
+        &self,
+        store: &str,
+        read: KvRead,
+        task: Option<TaskId>,
+    ) -> Result<Merged, QueryError> {
         let (reply, answers) = mpsc::channel();
         let store_name: Arc<str> = Arc::from(store);
         let read = Arc::new(read);
@@ -232,11 +237,14 @@ impl QueryBus {
 
 /// The answers of all threads, merged.
 #[derive(Debug, Default)]
-struct Merged {
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
-    count: u64,
-    running: BTreeSet<TaskId>,
-    restoring: BTreeSet<TaskId>,
+pub(crate) struct Merged {
+    /// Entries in serialized key order, each key once.
+    pub(crate) entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) count: u64,
+    /// Tasks of the store that answered.
+    pub(crate) running: BTreeSet<TaskId>,
+    /// Tasks of the store that restore.
+    pub(crate) restoring: BTreeSet<TaskId>,
 }
 
 /// Answers `pending` from the tasks of one thread: `running` answer,
