@@ -57,6 +57,7 @@ const KEYS: &[&str] = &[
     "deserialization_handler",
     "processing_handler",
     "http_bind",
+    "advertised_endpoint",
 ];
 
 /// The prefixes of passed-through options (librdkafka's and the topology's).
@@ -238,6 +239,12 @@ pub struct StreamsConfig {
     /// (`None`, the library default) runs none. `weir run` defaults to
     /// `127.0.0.1:9190`.
     pub http_bind: Option<std::net::SocketAddr>,
+    /// `host:port` other instances reach this instance's HTTP server at,
+    /// for interactive queries they forward here; by default the address
+    /// `http_bind` bound (set it when binding `0.0.0.0` or behind NAT).
+    /// Carried in the group consumers' `client.id`, so every instance
+    /// reads every endpoint from the group description.
+    pub advertised_endpoint: Option<String>,
     /// Parameters of the topology (`topology.` prefix), such as topic names
     /// of a shipped topology; the topology validates them.
     pub topology_params: BTreeMap<String, String>,
@@ -280,6 +287,7 @@ impl StreamsConfig {
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
             http_bind: None,
+            advertised_endpoint: None,
             topology_params: BTreeMap::new(),
             client_overrides: BTreeMap::new(),
             consumer_overrides: BTreeMap::new(),
@@ -371,6 +379,20 @@ impl StreamsConfig {
             "poll_ms" => self.poll_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
+            "advertised_endpoint" => {
+                let valid = value.rsplit_once(':').is_some_and(|(host, port)| {
+                    !host.is_empty()
+                        && port.parse::<u16>().is_ok()
+                        && !value.contains(|c: char| c == '@' || c == '/' || c.is_whitespace())
+                });
+                if !valid {
+                    return Err(ConfigError::new(
+                        key,
+                        format!("'{value}' is not host:port (for example weir-1.example:9190)"),
+                    ));
+                }
+                self.advertised_endpoint = Some(value.to_string());
+            }
             "http_bind" => {
                 self.http_bind = match value {
                     "off" | "none" | "" => None,
@@ -692,6 +714,22 @@ mod tests {
         let err = StreamsConfig::from_pairs(pairs).unwrap_err();
         assert_eq!(err.key, "http_bind");
         assert!(err.to_string().contains("ip:port"), "{err}");
+    }
+
+    #[test]
+    fn the_advertised_endpoint_is_host_and_port() {
+        for good in ["weir-1:9190", "10.0.0.7:80", "[::1]:9190"] {
+            let mut pairs = base();
+            pairs.push(("advertised_endpoint", good));
+            let c = StreamsConfig::from_pairs(pairs).unwrap();
+            assert_eq!(c.advertised_endpoint.as_deref(), Some(good));
+        }
+        for bad in ["weir-1", ":9190", "host:port", "a@b:1", "a b:1"] {
+            let mut pairs = base();
+            pairs.push(("advertised_endpoint", bad));
+            let err = StreamsConfig::from_pairs(pairs).unwrap_err();
+            assert_eq!(err.key, "advertised_endpoint", "{bad}");
+        }
     }
 
     #[test]

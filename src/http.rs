@@ -174,7 +174,7 @@ fn store_target(head: &[u8]) -> Option<(String, String)> {
         return None;
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    (path == "/stores" || path.starts_with("/stores/"))
+    (path == "/stores" || path.starts_with("/stores/") || path == "/instances")
         .then(|| (path.to_string(), query.to_string()))
 }
 

@@ -12,8 +12,8 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
 use super::{
-    AppState, KeyValueQuery, QueryBus, QueryError, StateCell, StateListener, StoreService,
-    StreamsError, topics,
+    AppState, InstanceInfo, KeyValueQuery, QueryBus, QueryError, Router, StateCell, StateListener,
+    StoreService, StreamsError, topics,
 };
 use crate::config::{GroupProtocol, StreamsConfig};
 use crate::http::{Endpoints, HttpServer};
@@ -39,6 +39,7 @@ pub struct KafkaStreams {
     http: Option<HttpServer>,
     buffer_stats: Arc<BufferStats>,
     queries: Arc<QueryBus>,
+    router: Arc<Router>,
 }
 
 impl KafkaStreams {
@@ -46,6 +47,7 @@ impl KafkaStreams {
     pub fn new(topology: Topology, config: StreamsConfig) -> Result<Self, StreamsError> {
         config.validate()?;
         let task_config = config.task_config();
+        let router = Arc::new(Router::new(config.clone(), &topology));
         Ok(KafkaStreams {
             topology: Arc::new(topology),
             task_config,
@@ -58,6 +60,7 @@ impl KafkaStreams {
             metrics: Arc::new(Metrics::new(&config.application_id)),
             http: None,
             queries: Arc::new(QueryBus::new(config.num_stream_threads)),
+            router,
             config,
         })
     }
@@ -113,6 +116,7 @@ impl KafkaStreams {
         self.config.group_protocol = group_protocol;
         self.queries
             .set_partitions(layout.tasks_per_subtopology.clone());
+        self.router.set_layout(layout.subtopology_of_topic.clone());
         self.start_http()?;
         let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
         // Global tables are loaded in full before any stream thread starts.
@@ -177,6 +181,7 @@ impl KafkaStreams {
         let description = self.topology.describe();
         let stores = Arc::new(StoreService::new(
             self.queries.clone(),
+            self.router.clone(),
             self.state.clone(),
             &self.topology,
         ));
@@ -191,7 +196,18 @@ impl KafkaStreams {
             context: "starting the HTTP server (http_bind)",
             source,
         })?;
-        stores.set_served_by(server.addr().to_string());
+        let advertised = self
+            .config
+            .advertised_endpoint
+            .get_or_insert_with(|| server.addr().to_string())
+            .clone();
+        if server.addr().ip().is_unspecified() && advertised == server.addr().to_string() {
+            tracing::warn!(
+                endpoint = %advertised,
+                "the HTTP server binds every interface: set advertised_endpoint to an address other instances reach, or they cannot forward queries here"
+            );
+        }
+        stores.set_served_by(server.addr().to_string(), advertised);
         self.http = Some(server);
         Ok(())
     }
@@ -292,6 +308,19 @@ impl KafkaStreams {
         true
     }
 
+    /// The application's instances, with their advertised endpoints,
+    /// active tasks and standby tasks, as the consumer group shows them
+    /// now (see `runtime/query_route.rs`).
+    pub fn instances(&self) -> Result<Vec<InstanceInfo>, QueryError> {
+        self.router
+            .instances()
+            .map(|i| i.as_ref().clone())
+            .map_err(|reason| QueryError::Unavailable {
+                store: String::new(),
+                reason: format!("describing the group: {reason}"),
+            })
+    }
+
     /// Read-only access to key-value store `store` of this instance's
     /// active tasks, typed as the topology declared it (`K`/`V` must be
     /// the store's key and value types). Reads go through the stream
@@ -310,6 +339,7 @@ impl KafkaStreams {
     ) -> Result<KeyValueQuery<K, V>, QueryError> {
         KeyValueQuery::new(
             self.queries.clone(),
+            self.router.clone(),
             self.state.clone(),
             &self.topology,
             store,

@@ -39,6 +39,20 @@ fn session_timeout_ms(config: &StreamsConfig) -> u64 {
         .map_or(10_000, |max_poll| max_poll.clamp(1, 10_000))
 }
 
+/// The `client.id` of stream thread `index`'s group consumer:
+/// `<application_id>-<process id>-<index>-consumer`, then
+/// `@<advertised endpoint>` when there is one. Other instances read both
+/// from the group description (standby placement, query routing); see
+/// [`super::group_describe::parse_client_id`].
+pub(crate) fn consumer_client_id(config: &StreamsConfig, process_id: &str, index: usize) -> String {
+    let mut id = format!("{}-{process_id}-{index}-consumer", config.application_id);
+    if let Some(endpoint) = &config.advertised_endpoint {
+        id.push('@');
+        id.push_str(endpoint);
+    }
+    id
+}
+
 /// The group consumer of stream thread `index`.
 pub(crate) fn consumer<C: ConsumerContext>(
     config: &StreamsConfig,
@@ -49,10 +63,7 @@ pub(crate) fn consumer<C: ConsumerContext>(
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.bootstrap_servers)
         .set("group.id", &config.application_id)
-        .set(
-            "client.id",
-            format!("{}-{process_id}-{index}-consumer", config.application_id),
-        )
+        .set("client.id", consumer_client_id(config, process_id, index))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")

@@ -33,6 +33,26 @@ pub(crate) fn member_epoch<C: ClientContext>(consumer: &Client<C>) -> i32 {
     }
 }
 
+/// What a stream thread's `client.id` says (see
+/// `clients::consumer_client_id`): the instance's process id and its
+/// advertised endpoint. `None` for other clients.
+pub(crate) fn parse_client_id<'a>(
+    client_id: &'a str,
+    application_id: &str,
+) -> Option<(&'a str, Option<&'a str>)> {
+    let (id, endpoint) = match client_id.split_once('@') {
+        Some((id, endpoint)) => (id, Some(endpoint)),
+        None => (client_id, None),
+    };
+    let rest = id
+        .strip_prefix(application_id)?
+        .strip_prefix('-')?
+        .strip_suffix("-consumer")?;
+    let (process, thread) = rest.rsplit_once('-')?;
+    thread.parse::<usize>().ok()?;
+    Some((process, endpoint))
+}
+
 /// One member of the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GroupMember {

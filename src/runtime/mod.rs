@@ -16,7 +16,8 @@
 //! * `purge.rs` — deleting consumed repartition records;
 //! * `query.rs` — interactive queries: reading stores through the stream
 //!   threads ([`KeyValueQuery`]); `query_text.rs` — the same over HTTP
-//!   (`/stores`), keys from URL text, values as JSON;
+//!   (`/stores`), keys from URL text, values as JSON; `query_route.rs` —
+//!   which instance runs a task, from the group description;
 //! * `changelog/` — the changelog reader: from a store's committed offset
 //!   to the end of its changelog partition, into `restore_batch`;
 //! * `standby.rs` — standby replicas (follow changelogs with the reader);
@@ -44,6 +45,7 @@ pub(crate) mod group_describe;
 mod group_protocol;
 mod purge;
 mod query;
+mod query_route;
 mod query_text;
 mod restore;
 mod standby;
@@ -58,7 +60,9 @@ pub use buffer::{BufferStats, BufferStatsSnapshot};
 pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
 pub(crate) use query::QueryBus;
-pub use query::{KeyValueQuery, QueryError};
+pub use query::{KeyMetadata, KeyValueQuery, QueryError};
+pub use query_route::InstanceInfo;
+pub(crate) use query_route::Router;
 pub(crate) use query_text::{Answer as StoreAnswer, StoreService};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;

@@ -28,7 +28,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{AppState, StateCell};
+use super::{AppState, InstanceInfo, Router, StateCell};
 use crate::processor::{TaskId, TaskInstance};
 use crate::serdes::SharedSerde;
 use crate::state::KeyValueStore;
@@ -176,6 +176,12 @@ impl QueryBus {
         self.inboxes
             .get(index)
             .is_some_and(|inbox| !inbox.lock().expect("query bus lock").is_empty())
+    }
+
+    /// The partition count of `subtopology`, once started.
+    pub(crate) fn partitions(&self, subtopology: u32) -> Option<i32> {
+        let partitions = self.partitions.lock().expect("query bus lock");
+        partitions.as_ref()?.get(subtopology as usize).copied()
     }
 
     /// The task of `subtopology` that holds the serialized key `key`;
@@ -363,10 +369,22 @@ fn stores_of(topology: &Topology) -> BTreeMap<String, (StoreKind, u32)> {
     stores
 }
 
+/// Where a key lives ([`KeyValueQuery::metadata`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMetadata {
+    /// The task that holds the key.
+    pub task: TaskId,
+    /// The instance that runs the task now; `None` while it moves.
+    pub active: Option<InstanceInfo>,
+    /// The instances that keep standby copies of the task.
+    pub standbys: Vec<InstanceInfo>,
+}
+
 /// Read-only, typed access to key-value store `store` across this
 /// instance's active tasks; from [`crate::runtime::KafkaStreams::key_value_store`].
 pub struct KeyValueQuery<K, V> {
     bus: Arc<QueryBus>,
+    router: Arc<Router>,
     state: Arc<StateCell>,
     store: String,
     subtopology: u32,
@@ -378,6 +396,7 @@ pub struct KeyValueQuery<K, V> {
 impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
     pub(crate) fn new(
         bus: Arc<QueryBus>,
+        router: Arc<Router>,
         state: Arc<StateCell>,
         topology: &Topology,
         store: &str,
@@ -412,6 +431,7 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
         };
         Ok(KeyValueQuery {
             bus,
+            router,
             state,
             store: store.to_string(),
             subtopology,
@@ -455,6 +475,33 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
     /// The task that holds `key` (`None` before the application started).
     pub fn task_of(&self, key: &K) -> Result<Option<TaskId>, QueryError> {
         Ok(self.bus.task_of(self.subtopology, &self.key_bytes(key)?))
+    }
+
+    /// Where `key` lives: its task, the instance that runs it and those
+    /// that keep standby copies of it (from the group description).
+    pub fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
+        let Some(task) = self.task_of(key)? else {
+            return Err(QueryError::Unavailable {
+                store: self.store.clone(),
+                reason: "the application has not started".into(),
+            });
+        };
+        let instances = self
+            .router
+            .instances()
+            .map_err(|reason| QueryError::Unavailable {
+                store: self.store.clone(),
+                reason: format!("describing the group: {reason}"),
+            })?;
+        Ok(KeyMetadata {
+            task,
+            active: instances.iter().find(|i| i.tasks.contains(&task)).cloned(),
+            standbys: instances
+                .iter()
+                .filter(|i| i.standby_tasks.contains(&task))
+                .cloned()
+                .collect(),
+        })
     }
 
     /// The committed value of `key`. [`QueryError::NotLocal`] when its task

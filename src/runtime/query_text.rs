@@ -13,10 +13,18 @@
 //! Values are rendered by the store's declared types: strings as JSON
 //! strings, integers and floats as numbers, bytes (`Vec<u8>`) as base64,
 //! anything else as its JSON text when it is JSON, else as a string, else
-//! base64. Answers name the instance (`served_by`, the HTTP address) and
-//! the task. A key whose task runs on another instance is a 404 naming
-//! that task (this server does not forward); a task that restores, or an
+//! base64. Answers name the instance (`served_by`, its advertised
+//! endpoint) and the task.
+//!
+//! **Routing.** A key whose task runs on another instance is forwarded
+//! once to that instance (found from the group description,
+//! `query_route.rs`), marked `forwarded=1` so it is never forwarded again;
+//! the owner's answer is returned as it is. A range asks every instance
+//! for its own tasks' entries (`local=1`) and merges them; it is a 503
+//! unless every task of the store answered, so the table comes back
+//! whole and each key once. A task that restores or moves, or an
 //! application that is not running, is a 503 with `Retry-After`.
+//! `GET /instances` lists the instances, endpoints and tasks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,7 +32,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::query::{KvRead, QueryBus};
-use super::{AppState, StateCell};
+use super::{AppState, Router, StateCell};
 use crate::processor::TaskId;
 use crate::topology::Topology;
 
@@ -65,14 +73,23 @@ impl Answer {
 /// The store queries of one instance, for its HTTP server.
 pub(crate) struct StoreService {
     bus: Arc<QueryBus>,
+    router: Arc<Router>,
     state: Arc<StateCell>,
     stores: BTreeMap<String, StoreInfo>,
-    /// This instance's HTTP address, named in answers (set once bound).
+    /// This instance's advertised endpoint, named in answers (set once
+    /// the server is bound).
     served_by: std::sync::OnceLock<String>,
+    /// The address the server bound.
+    bound: std::sync::OnceLock<String>,
 }
 
 impl StoreService {
-    pub(crate) fn new(bus: Arc<QueryBus>, state: Arc<StateCell>, topology: &Topology) -> Self {
+    pub(crate) fn new(
+        bus: Arc<QueryBus>,
+        router: Arc<Router>,
+        state: Arc<StateCell>,
+        topology: &Topology,
+    ) -> Self {
         let mut stores = BTreeMap::new();
         for (index, sub) in topology.subtopologies.iter().enumerate() {
             for &s in &sub.stores {
@@ -90,15 +107,25 @@ impl StoreService {
         }
         StoreService {
             bus,
+            router,
             state,
             stores,
             served_by: std::sync::OnceLock::new(),
+            bound: std::sync::OnceLock::new(),
         }
     }
 
-    /// Records the address answers name as `served_by`.
-    pub(crate) fn set_served_by(&self, addr: String) {
-        let _ = self.served_by.set(addr);
+    /// Records the bound address and the advertised endpoint (named in
+    /// answers as `served_by`).
+    pub(crate) fn set_served_by(&self, bound: String, advertised: String) {
+        let _ = self.bound.set(bound);
+        let _ = self.served_by.set(advertised);
+    }
+
+    /// Whether `endpoint` is this instance.
+    fn is_me(&self, endpoint: &str) -> bool {
+        Some(endpoint) == self.served_by.get().map(String::as_str)
+            || Some(endpoint) == self.bound.get().map(String::as_str)
     }
 
     fn served_by(&self) -> &str {
@@ -107,15 +134,25 @@ impl StoreService {
 
     /// Answers `GET {path}?{query}` for a path under `/stores`.
     pub(crate) fn answer(&self, path: &str, query: &str) -> Answer {
+        if path == "/instances" {
+            return self.instances();
+        }
         let segments: Vec<&str> = path
             .trim_start_matches('/')
             .split('/')
             .skip(1) // "stores"
             .collect();
+        let flag = |name: &str| query.split('&').any(|p| p == format!("{name}=1"));
+        let query: String = query
+            .split('&')
+            .filter(|p| *p != "forwarded=1" && *p != "local=1")
+            .collect::<Vec<_>>()
+            .join("&");
         match segments.as_slice() {
             [] | [""] => self.list(),
-            [store, "keys", key] => self.key(store, key),
-            [store, "range"] => self.range(store, query),
+            [store, "keys", key] => self.key(store, key, flag("forwarded")),
+            [store, "range"] if flag("local") => self.range(store, &query),
+            [store, "range"] => self.range_everywhere(store, &query),
             _ => Answer::error(
                 404,
                 format!(
@@ -166,7 +203,22 @@ impl StoreService {
         Ok((name, info))
     }
 
-    fn key(&self, store: &str, encoded_key: &str) -> Answer {
+    fn instances(&self) -> Answer {
+        match self.router.instances() {
+            Ok(instances) => Answer::ok(json!({
+                "instances": instances.iter().map(|i| json!({
+                    "process_id": i.process_id,
+                    "endpoint": i.endpoint,
+                    "tasks": i.tasks.iter().map(TaskId::to_string).collect::<Vec<_>>(),
+                    "standby_tasks": i.standby_tasks.iter().map(TaskId::to_string).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "served_by": self.served_by(),
+            })),
+            Err(e) => Answer::error(503, format!("describing the group: {e}")),
+        }
+    }
+
+    fn key(&self, store: &str, encoded_key: &str, forwarded: bool) -> Answer {
         let (name, info) = match self.store(store) {
             Ok(found) => found,
             Err(answer) => return answer,
@@ -194,7 +246,15 @@ impl StoreService {
             if state != AppState::Running {
                 return Answer::error(503, format!("the application is {state:?}"));
             }
-            return self.elsewhere(&name, &text, task);
+            if forwarded {
+                return Answer::error(
+                    503,
+                    format!(
+                        "task {task} moved away from this instance while the request was forwarded here"
+                    ),
+                );
+            }
+            return self.forward(&name, &text, encoded_key, task);
         }
         match merged.entries.into_iter().next() {
             Some((_, value)) => Answer::ok(json!({
@@ -211,16 +271,119 @@ impl StoreService {
         }
     }
 
-    fn elsewhere(&self, store: &str, key: &str, task: TaskId) -> Answer {
-        Answer {
-            status: 404,
-            body: json!({
-                "error": format!("key {key:?} of store {store:?} belongs to task {task}, which this instance does not run; ask the instance that runs it"),
-                "task": task.to_string(),
-                "served_by": self.served_by(),
-            }),
-            retry_after: false,
+    /// Asks the instance that runs `task` (once).
+    fn forward(&self, store: &str, key: &str, encoded_key: &str, task: TaskId) -> Answer {
+        let owner = match self.router.owner(task) {
+            Ok(owner) => owner,
+            Err(e) => return Answer::error(503, format!("describing the group: {e}")),
+        };
+        let Some(owner) = owner else {
+            return Answer::error(
+                503,
+                format!("task {task} is moving (no instance runs it now)"),
+            );
+        };
+        let Some(endpoint) = owner.endpoint.filter(|e| !self.is_me(e)) else {
+            self.router.invalidate();
+            return Answer::error(
+                503,
+                format!(
+                    "key {key:?} of store {store:?} belongs to task {task} of instance {}, which advertises no other endpoint",
+                    owner.process_id
+                ),
+            );
+        };
+        let path = format!(
+            "/stores/{}/keys/{encoded_key}?forwarded=1",
+            percent_encode(store)
+        );
+        match http_get(&endpoint, &path) {
+            Ok((status, body)) => Answer {
+                status,
+                retry_after: status == 503,
+                body: serde_json::from_str(&body).unwrap_or_else(|_| json!({ "error": body })),
+            },
+            Err(e) => {
+                self.router.invalidate();
+                Answer::error(503, format!("forwarding to {endpoint} (task {task}): {e}"))
+            }
         }
+    }
+
+    /// A range over every instance's tasks; see the module docs.
+    fn range_everywhere(&self, store: &str, query: &str) -> Answer {
+        let (name, info) = match self.store(store) {
+            Ok(found) => found,
+            Err(answer) => return answer,
+        };
+        let local = self.range(store, query);
+        if local.status != 200 {
+            return local;
+        }
+        let instances = match self.router.instances() {
+            Ok(instances) => instances,
+            Err(e) => return Answer::error(503, format!("describing the group: {e}")),
+        };
+        let mut answers = vec![local.body];
+        let mut served_by = vec![self.served_by().to_string()];
+        for endpoint in instances.iter().filter_map(|i| i.endpoint.as_deref()) {
+            if self.is_me(endpoint) {
+                continue;
+            }
+            let separator = if query.is_empty() { "" } else { "&" };
+            let path = format!(
+                "/stores/{}/range?{query}{separator}local=1",
+                percent_encode(&name)
+            );
+            match http_get(endpoint, &path) {
+                Ok((200, body)) => match serde_json::from_str::<Value>(&body) {
+                    Ok(answer) => {
+                        answers.push(answer);
+                        served_by.push(endpoint.to_string());
+                    }
+                    Err(e) => return Answer::error(503, format!("{endpoint} answered {e}")),
+                },
+                Ok((status, body)) => {
+                    return Answer::error(503, format!("{endpoint} answered {status}: {body}"));
+                }
+                Err(e) => {
+                    self.router.invalidate();
+                    return Answer::error(503, format!("asking {endpoint}: {e}"));
+                }
+            }
+        }
+        let mut tasks = std::collections::BTreeSet::new();
+        let mut entries: Vec<Value> = Vec::new();
+        for answer in &answers {
+            for task in answer["tasks"].as_array().into_iter().flatten() {
+                tasks.insert(task.as_str().unwrap_or_default().to_string());
+            }
+            entries.extend(answer["entries"].as_array().into_iter().flatten().cloned());
+        }
+        let partitions = self.bus.partitions(info.subtopology).unwrap_or(0);
+        let missing: Vec<String> = (0..partitions)
+            .map(|p| {
+                TaskId {
+                    subtopology: info.subtopology,
+                    partition: p,
+                }
+                .to_string()
+            })
+            .filter(|t| !tasks.contains(t))
+            .collect();
+        if !missing.is_empty() {
+            return Answer::error(
+                503,
+                format!("tasks {missing:?} of store {name:?} did not answer (restoring or moving)"),
+            );
+        }
+        entries.sort_by(|a, b| compare_keys(&a["key"], &b["key"]));
+        Answer::ok(json!({
+            "store": name,
+            "entries": entries,
+            "tasks": tasks,
+            "served_by": served_by,
+        }))
     }
 
     fn range(&self, store: &str, query: &str) -> Answer {
@@ -275,6 +438,70 @@ impl StoreService {
             "served_by": self.served_by(),
         }))
     }
+}
+
+/// Orders rendered keys: numbers by value, anything else by its text.
+fn compare_keys(a: &Value, b: &Value) -> std::cmp::Ordering {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        _ => match (a.as_str(), b.as_str()) {
+            (Some(x), Some(y)) => x.cmp(y),
+            _ => a.to_string().cmp(&b.to_string()),
+        },
+    }
+}
+
+/// Percent-encodes every byte but unreserved ASCII.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// How long a forwarded request may take.
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `GET path` of the HTTP server at `endpoint` (`host:port`): status and
+/// body.
+fn http_get(endpoint: &str, path: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let addr = endpoint
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {endpoint}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{endpoint} resolves to no address"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, FORWARD_TIMEOUT)
+        .map_err(|e| format!("connecting: {e}"))?;
+    stream
+        .set_read_timeout(Some(FORWARD_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(FORWARD_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {endpoint}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("sending: {e}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| format!("reading: {e}"))?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or("a response without a head")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("a response without a status")?;
+    Ok((status, body.to_string()))
 }
 
 /// Decodes `%XX` escapes once; the result must be UTF-8.

@@ -188,19 +188,14 @@ impl RestoreTarget for BTreeMap<TaskId, StandbyTask> {
     }
 }
 
-/// The process id in a member's `client.id` (`<app>-<process id>-<thread>-consumer`).
+/// The process id in a member's `client.id`.
 fn process_of(client_id: &str, application_id: &str) -> Option<String> {
-    let rest = client_id
-        .strip_prefix(application_id)?
-        .strip_prefix('-')?
-        .strip_suffix("-consumer")?;
-    let (process, thread) = rest.rsplit_once('-')?;
-    thread.parse::<usize>().ok()?;
-    Some(process.to_string())
+    super::group_describe::parse_client_id(client_id, application_id)
+        .map(|(process, _)| process.to_string())
 }
 
 /// The tasks `me` keeps as standbys, given each instance's active tasks.
-fn standby_tasks(
+pub(crate) fn standby_tasks(
     owners: &BTreeMap<String, BTreeSet<TaskId>>,
     me: &str,
     replicas: usize,
@@ -549,6 +544,11 @@ mod tests {
         );
         assert_eq!(process_of("other-1a2b-0-consumer", "wc"), None);
         assert_eq!(process_of("wc-1a2b-x-consumer", "wc"), None);
+        assert_eq!(
+            process_of("wc-1a2b-0-consumer@10.0.0.7:9190", "wc").as_deref(),
+            Some("1a2b"),
+            "an advertised endpoint follows the id"
+        );
     }
 
     #[test]

@@ -1,0 +1,129 @@
+//! Interactive queries routed between instances, on the real broker:
+//! three `weir run` instances of word count under exactly-once. Once the
+//! input is processed, asking *each* instance for *every* word over HTTP
+//! returns the word's last count in the output topic (`read_committed`),
+//! from the instance that runs the word's task (forwarded once when that
+//! is another); a range from any instance returns the whole table, each
+//! word once; `/instances` lists the three with their endpoints and tasks.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::counting::{Fixture, serial, tail, wait_for_output, word_count_truth};
+use common::weir_app::WeirApp;
+use serde_json::Value;
+use weir::topologies::word_count;
+
+const SENTENCES: u64 = 2_000;
+
+fn get(app: &WeirApp, path: &str) -> (u16, Value) {
+    let (status, body) = app.http_get(path).expect("the instance answers HTTP");
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (status, json)
+}
+
+/// Percent-encodes every byte but unreserved ASCII.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_instance_answers_for_every_word() {
+    let _serial = serial();
+    let f = Fixture::new("query-routed", &word_count::WORD_COUNT);
+    let mut apps: Vec<WeirApp> = (0..3).map(|i| f.start(i, "exactly_once_v2")).collect();
+    f.produce(0, SENTENCES);
+    let truth = word_count_truth(SENTENCES);
+    let mut refs: Vec<&mut WeirApp> = apps.iter_mut().collect();
+    let topic = wait_for_output(&f.output, Duration::from_secs(240), &mut refs, |c| {
+        *c == truth
+    });
+
+    // Wait until the group settled: three instances, eight tasks, all
+    // instances ready.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let instances = loop {
+        let ready = apps.iter().all(WeirApp::is_ready);
+        let (status, answer) = get(&apps[0], "/instances");
+        let instances = answer["instances"].as_array().cloned().unwrap_or_default();
+        let tasks: BTreeSet<String> = instances
+            .iter()
+            .flat_map(|i| i["tasks"].as_array().cloned().unwrap_or_default())
+            .map(|t| t.as_str().unwrap().to_string())
+            .collect();
+        if ready && status == 200 && instances.len() == 3 && tasks.len() == 8 {
+            break instances;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not settle: {answer}; log:\n{}",
+            tail(&apps[0].log_text())
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let endpoints: BTreeSet<String> = instances
+        .iter()
+        .map(|i| i["endpoint"].as_str().expect("an endpoint").to_string())
+        .collect();
+    let own: Vec<String> = apps
+        .iter()
+        .map(|a| a.http_addr().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        endpoints,
+        own.iter().cloned().collect(),
+        "the instances advertise their HTTP addresses"
+    );
+
+    let mut forwarded = 0;
+    for (i, app) in apps.iter().enumerate() {
+        for (word, count) in &topic {
+            let (status, answer) = get(app, &format!("/stores/counts/keys/{}", encode(word)));
+            assert_eq!(status, 200, "instance {i}, {word}: {answer}");
+            assert_eq!(
+                answer["value"],
+                serde_json::json!(count),
+                "instance {i}, {word}"
+            );
+            let served_by = answer["served_by"].as_str().unwrap();
+            assert!(endpoints.contains(served_by), "{answer}");
+            if served_by != own[i] {
+                forwarded += 1;
+            }
+        }
+        let (status, range) = get(app, "/stores/counts/range");
+        assert_eq!(status, 200, "instance {i}: {range}");
+        let entries = range["entries"].as_array().unwrap();
+        let table: BTreeMap<String, i64> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e["key"].as_str().unwrap().to_string(),
+                    e["value"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(table, topic, "instance {i}: the range is the table");
+        assert_eq!(entries.len(), topic.len(), "instance {i}: each word once");
+        assert_eq!(range["served_by"].as_array().unwrap().len(), 3);
+    }
+    println!(
+        "{} words asked at each of 3 instances: {forwarded} of {} answers forwarded to the owner",
+        topic.len(),
+        3 * topic.len()
+    );
+    assert!(forwarded > 0, "some words' tasks run on other instances");
+    for app in &mut apps {
+        assert_eq!(app.stop(), Some(0));
+    }
+}
