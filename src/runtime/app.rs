@@ -12,8 +12,8 @@ use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
 use super::{
-    AppState, InstanceInfo, KeyValueQuery, QueryBus, QueryError, Router, StateCell, StateListener,
-    StoreService, StreamsError, topics,
+    AppState, InstanceInfo, KeyValueQuery, QueryBus, QueryError, QueryParts, Router, SessionQuery,
+    StateCell, StateListener, StoreService, StreamsError, WindowQuery, topics,
 };
 use crate::config::{GroupProtocol, StreamsConfig};
 use crate::http::{Endpoints, HttpServer};
@@ -337,13 +337,34 @@ impl KafkaStreams {
         &self,
         store: &str,
     ) -> Result<KeyValueQuery<K, V>, QueryError> {
-        KeyValueQuery::new(
-            self.queries.clone(),
-            self.router.clone(),
-            self.state.clone(),
-            &self.topology,
-            store,
-        )
+        KeyValueQuery::new(self.query_parts(), store)
+    }
+
+    /// Read-only access to window store `store` (see
+    /// [`KafkaStreams::key_value_store`]).
+    pub fn window_store<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<WindowQuery<K, V>, QueryError> {
+        WindowQuery::new(self.query_parts(), store)
+    }
+
+    /// Read-only access to session store `store` (see
+    /// [`KafkaStreams::key_value_store`]).
+    pub fn session_store<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+    ) -> Result<SessionQuery<K, V>, QueryError> {
+        SessionQuery::new(self.query_parts(), store)
+    }
+
+    fn query_parts(&self) -> QueryParts<'_> {
+        QueryParts {
+            bus: self.queries.clone(),
+            router: self.router.clone(),
+            state: self.state.clone(),
+            topology: &self.topology,
+        }
     }
 
     /// The address the HTTP server ([`crate::http`]) listens on, once

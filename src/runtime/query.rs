@@ -22,7 +22,6 @@
 //! [`QueryError::Unavailable`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -50,12 +49,14 @@ pub enum QueryError {
         known: Vec<String>,
     },
     /// The store is not a key-value store.
-    #[error("store {store:?} is a {kind} store; only key-value stores are queried this way")]
+    #[error("store {store:?} is a {kind} store, not a {asked} store")]
     WrongKind {
         /// The store.
         store: String,
         /// Its kind.
         kind: String,
+        /// The kind asked for.
+        asked: String,
     },
     /// The store holds other types than the ones asked for.
     #[error("store {store:?} holds {key_type} → {value_type}")]
@@ -104,7 +105,7 @@ pub enum QueryError {
 
 /// One read of a key-value store, on serialized keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum KvRead {
+pub(crate) enum StoreRead {
     /// The value of one key.
     Get(Vec<u8>),
     /// Entries with keys in `from..=to` (serialized key order); `None` is
@@ -117,13 +118,25 @@ pub(crate) enum KvRead {
     Prefix(Vec<u8>),
     /// The approximate number of entries.
     Count,
+    /// A window store's windows of one key that start in `from..=to`.
+    WindowFetch { key: Vec<u8>, from: i64, to: i64 },
+    /// A window store's windows of every key that start in `from..=to`.
+    WindowAll { from: i64, to: i64 },
+    /// A session store's sessions of one key.
+    SessionFetch(Vec<u8>),
 }
+
+/// One window or session of a window or session store: key, start, end
+/// (sessions only), value.
+pub(crate) type WindowEntry = (Vec<u8>, i64, Option<i64>, Vec<u8>);
 
 /// One thread's answer to a query.
 #[derive(Debug, Default)]
 pub(crate) struct ThreadAnswer {
     /// Entries found, per task that has the store.
     entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Windows or sessions found.
+    windows: Vec<WindowEntry>,
     count: u64,
     /// Tasks of this thread that have the store, answering.
     running: BTreeSet<TaskId>,
@@ -136,7 +149,7 @@ pub(crate) struct ThreadAnswer {
 /// A query waiting in a thread's inbox.
 pub(crate) struct Pending {
     store: Arc<str>,
-    read: Arc<KvRead>,
+    read: Arc<StoreRead>,
     /// Only this task answers (a `get`); `None`: every task of the store.
     task: Option<TaskId>,
     reply: mpsc::Sender<ThreadAnswer>,
@@ -199,7 +212,7 @@ impl QueryBus {
     pub(crate) fn ask(
         &self,
         store: &str,
-        read: KvRead,
+        read: StoreRead,
         task: Option<TaskId>,
     ) -> Result<Merged, QueryError> {
         let (reply, answers) = mpsc::channel();
@@ -231,12 +244,19 @@ impl QueryBus {
                 });
             }
             merged.entries.extend(answer.entries);
+            merged.windows.extend(answer.windows);
             merged.count += answer.count;
             merged.running.extend(answer.running);
             merged.restoring.extend(answer.restoring);
         }
         merged.entries.sort_by(|a, b| a.0.cmp(&b.0));
         merged.entries.dedup_by(|a, b| a.0 == b.0);
+        merged
+            .windows
+            .sort_by(|a, b| (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2)));
+        merged
+            .windows
+            .dedup_by(|a, b| (&a.0, a.1, a.2) == (&b.0, b.1, b.2));
         Ok(merged)
     }
 }
@@ -246,6 +266,8 @@ impl QueryBus {
 pub(crate) struct Merged {
     /// Entries in serialized key order, each key once.
     pub(crate) entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Windows or sessions in (key, start, end) order.
+    pub(crate) windows: Vec<WindowEntry>,
     pub(crate) count: u64,
     /// Tasks of the store that answered.
     pub(crate) running: BTreeSet<TaskId>,
@@ -264,20 +286,21 @@ pub(crate) fn answer<'a>(
     let store = &*pending.store;
     let wanted = |task: &TaskInstance| pending.task.is_none_or(|id| id == task.id());
     for task in running.filter(|t| wanted(t)) {
-        let Some(read) = task.read_store(store, |s| read_kv(s, &pending.read)) else {
+        let Some(read) = read_task(task, store, &pending.read) else {
             continue;
         };
         answer.running.insert(task.id());
         match read {
-            Ok((entries, count)) => {
-                answer.entries.extend(entries);
-                answer.count += count;
+            Ok(found) => {
+                answer.entries.extend(found.entries);
+                answer.windows.extend(found.windows);
+                answer.count += found.count;
             }
             Err(e) => answer.error = Some(e.to_string()),
         }
     }
     for task in restoring.filter(|t| wanted(t)) {
-        if task.read_store(store, |_| ()).is_some() {
+        if task.store_serdes(store).is_some() {
             answer.restoring.insert(task.id());
         }
     }
@@ -287,13 +310,65 @@ pub(crate) fn answer<'a>(
 
 type KvEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// What one task's store gave.
+#[derive(Default)]
+struct Found {
+    entries: KvEntries,
+    windows: Vec<WindowEntry>,
+    count: u64,
+}
+
+/// Runs `read` on `task`'s store `store`; `None` when the task has no
+/// store of that name and the read's kind.
+fn read_task(
+    task: &TaskInstance,
+    store: &str,
+    read: &StoreRead,
+) -> Option<Result<Found, crate::state::StoreError>> {
+    let collect_windows = |iter: crate::state::WindowIter<'_>| {
+        iter.map(|r| r.map(|(k, start, v)| (k, start, None, v)))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    match read {
+        StoreRead::WindowFetch { key, from, to } => task.read_window_store(store, |s| {
+            Ok(Found {
+                windows: collect_windows(s.fetch_range(key, *from, *to)?)?,
+                ..Found::default()
+            })
+        }),
+        StoreRead::WindowAll { from, to } => task.read_window_store(store, |s| {
+            Ok(Found {
+                windows: collect_windows(s.fetch_all(*from, *to)?)?,
+                ..Found::default()
+            })
+        }),
+        StoreRead::SessionFetch(key) => task.read_session_store(store, |s| {
+            let sessions = s
+                .find_sessions(key, i64::MIN, i64::MAX)?
+                .map(|r| r.map(|(k, v)| (k.key, k.start_ms, Some(k.end_ms), v)))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Found {
+                windows: sessions,
+                ..Found::default()
+            })
+        }),
+        _ => task.read_store(store, |s| {
+            read_kv(s, read).map(|(entries, count)| Found {
+                entries,
+                count,
+                ..Found::default()
+            })
+        }),
+    }
+}
+
 fn read_kv(
     store: &dyn KeyValueStore,
-    read: &KvRead,
+    read: &StoreRead,
 ) -> Result<(KvEntries, u64), crate::state::StoreError> {
     let collect = |iter: crate::state::KvIter<'_>| iter.collect::<Result<Vec<_>, _>>();
     Ok(match read {
-        KvRead::Get(key) => (
+        StoreRead::Get(key) => (
             store
                 .get(key)?
                 .map(|v| (key.clone(), v))
@@ -301,7 +376,7 @@ fn read_kv(
                 .collect(),
             0,
         ),
-        KvRead::Range { from, to } => {
+        StoreRead::Range { from, to } => {
             let bound = |b: &Option<Vec<u8>>| match b {
                 Some(k) => Bound::Included(k.clone()),
                 None => Bound::Unbounded,
@@ -313,8 +388,11 @@ fn read_kv(
             )?)?;
             (entries, 0)
         }
-        KvRead::Prefix(prefix) => (collect(store.prefix_scan(prefix)?)?, 0),
-        KvRead::Count => (Vec::new(), store.approximate_num_entries()?),
+        StoreRead::Prefix(prefix) => (collect(store.prefix_scan(prefix)?)?, 0),
+        StoreRead::Count => (Vec::new(), store.approximate_num_entries()?),
+        StoreRead::WindowFetch { .. }
+        | StoreRead::WindowAll { .. }
+        | StoreRead::SessionFetch(_) => (Vec::new(), 0),
     })
 }
 
@@ -380,9 +458,8 @@ pub struct KeyMetadata {
     pub standbys: Vec<InstanceInfo>,
 }
 
-/// Read-only, typed access to key-value store `store` across this
-/// instance's active tasks; from [`crate::runtime::KafkaStreams::key_value_store`].
-pub struct KeyValueQuery<K, V> {
+/// What the typed queries share: the store, its sub-topology and serdes.
+struct TypedStore<K, V> {
     bus: Arc<QueryBus>,
     router: Arc<Router>,
     state: Arc<StateCell>,
@@ -390,17 +467,19 @@ pub struct KeyValueQuery<K, V> {
     subtopology: u32,
     key_serde: SharedSerde<K>,
     value_serde: SharedSerde<V>,
-    _types: PhantomData<fn() -> (K, V)>,
 }
 
-impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
-    pub(crate) fn new(
-        bus: Arc<QueryBus>,
-        router: Arc<Router>,
-        state: Arc<StateCell>,
-        topology: &Topology,
-        store: &str,
-    ) -> Result<Self, QueryError> {
+/// How the runtime hands a query type what it needs.
+pub(crate) struct QueryParts<'a> {
+    pub(crate) bus: Arc<QueryBus>,
+    pub(crate) router: Arc<Router>,
+    pub(crate) state: Arc<StateCell>,
+    pub(crate) topology: &'a Topology,
+}
+
+impl<K: 'static, V: 'static> TypedStore<K, V> {
+    fn open(parts: QueryParts<'_>, store: &str, expected: StoreKind) -> Result<Self, QueryError> {
+        let topology = parts.topology;
         let stores = stores_of(topology);
         let Some(&(kind, subtopology)) = stores.get(store) else {
             return Err(QueryError::UnknownStore {
@@ -408,10 +487,11 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
                 known: stores.keys().cloned().collect(),
             });
         };
-        if kind != StoreKind::KeyValue {
+        if kind != expected {
             return Err(QueryError::WrongKind {
                 store: store.to_string(),
                 kind: kind.label().to_string(),
+                asked: expected.label().to_string(),
             });
         }
         let def = topology
@@ -429,15 +509,14 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
                 value_type: def.serdes.value_type,
             });
         };
-        Ok(KeyValueQuery {
-            bus,
-            router,
-            state,
+        Ok(TypedStore {
+            bus: parts.bus,
+            router: parts.router,
+            state: parts.state,
             store: store.to_string(),
             subtopology,
             key_serde: key_serde.clone(),
             value_serde: value_serde.clone(),
-            _types: PhantomData,
         })
     }
 
@@ -445,6 +524,13 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
         QueryError::Serde {
             store: self.store.clone(),
             message: e.to_string(),
+        }
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> QueryError {
+        QueryError::Unavailable {
+            store: self.store.clone(),
+            reason: reason.into(),
         }
     }
 
@@ -456,43 +542,30 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
         Ok(out)
     }
 
-    fn typed(&self, entries: KvEntries) -> Result<Vec<(K, V)>, QueryError> {
-        entries
-            .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    self.key_serde
-                        .deserialize(&self.store, &k)
-                        .map_err(|e| self.serde_error(e))?,
-                    self.value_serde
-                        .deserialize(&self.store, &v)
-                        .map_err(|e| self.serde_error(e))?,
-                ))
-            })
-            .collect()
+    fn key(&self, bytes: &[u8]) -> Result<K, QueryError> {
+        self.key_serde
+            .deserialize(&self.store, bytes)
+            .map_err(|e| self.serde_error(e))
     }
 
-    /// The task that holds `key` (`None` before the application started).
-    pub fn task_of(&self, key: &K) -> Result<Option<TaskId>, QueryError> {
-        Ok(self.bus.task_of(self.subtopology, &self.key_bytes(key)?))
+    fn value(&self, bytes: &[u8]) -> Result<V, QueryError> {
+        self.value_serde
+            .deserialize(&self.store, bytes)
+            .map_err(|e| self.serde_error(e))
     }
 
-    /// Where `key` lives: its task, the instance that runs it and those
-    /// that keep standby copies of it (from the group description).
-    pub fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
-        let Some(task) = self.task_of(key)? else {
-            return Err(QueryError::Unavailable {
-                store: self.store.clone(),
-                reason: "the application has not started".into(),
-            });
-        };
+    fn task_of(&self, key: &K) -> Result<TaskId, QueryError> {
+        self.bus
+            .task_of(self.subtopology, &self.key_bytes(key)?)
+            .ok_or_else(|| self.unavailable("the application has not started"))
+    }
+
+    fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
+        let task = self.task_of(key)?;
         let instances = self
             .router
             .instances()
-            .map_err(|reason| QueryError::Unavailable {
-                store: self.store.clone(),
-                reason: format!("describing the group: {reason}"),
-            })?;
+            .map_err(|reason| self.unavailable(format!("describing the group: {reason}")))?;
         Ok(KeyMetadata {
             task,
             active: instances.iter().find(|i| i.tasks.contains(&task)).cloned(),
@@ -504,42 +577,71 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
         })
     }
 
-    /// The committed value of `key`. [`QueryError::NotLocal`] when its task
-    /// runs elsewhere, [`QueryError::Unavailable`] while it restores here or
-    /// the application is not `Running` (a rebalance may be moving it).
-    pub fn get(&self, key: &K) -> Result<Option<V>, QueryError> {
-        let bytes = self.key_bytes(key)?;
-        let Some(task) = self.bus.task_of(self.subtopology, &bytes) else {
-            return Err(QueryError::Unavailable {
-                store: self.store.clone(),
-                reason: "the application has not started".into(),
-            });
-        };
-        let merged = self.bus.ask(&self.store, KvRead::Get(bytes), Some(task))?;
+    /// Asks only `task` (the key's): [`QueryError::NotLocal`] when it runs
+    /// elsewhere, [`QueryError::Unavailable`] while it restores here or the
+    /// application is not `Running` (a rebalance may be moving it).
+    fn ask_task(&self, task: TaskId, read: StoreRead) -> Result<Merged, QueryError> {
+        let merged = self.bus.ask(&self.store, read, Some(task))?;
         if merged.restoring.contains(&task) {
-            return Err(QueryError::Unavailable {
-                store: self.store.clone(),
-                reason: format!("task {task} is restoring"),
-            });
+            return Err(self.unavailable(format!("task {task} is restoring")));
         }
         if !merged.running.contains(&task) {
             let state = self.state.get();
             if state != AppState::Running {
-                return Err(QueryError::Unavailable {
-                    store: self.store.clone(),
-                    reason: format!("the application is {state:?}"),
-                });
+                return Err(self.unavailable(format!("the application is {state:?}")));
             }
             return Err(QueryError::NotLocal {
                 store: self.store.clone(),
                 task,
             });
         }
+        Ok(merged)
+    }
+}
+
+/// Read-only, typed access to key-value store `store` across this
+/// instance's active tasks; from [`crate::runtime::KafkaStreams::key_value_store`].
+pub struct KeyValueQuery<K, V>(TypedStore<K, V>);
+
+impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
+    pub(crate) fn new(parts: QueryParts<'_>, store: &str) -> Result<Self, QueryError> {
+        TypedStore::open(parts, store, StoreKind::KeyValue).map(KeyValueQuery)
+    }
+
+    fn typed(&self, entries: KvEntries) -> Result<Vec<(K, V)>, QueryError> {
+        entries
+            .into_iter()
+            .map(|(k, v)| Ok((self.0.key(&k)?, self.0.value(&v)?)))
+            .collect()
+    }
+
+    /// The task that holds `key` (`None` before the application started).
+    pub fn task_of(&self, key: &K) -> Result<Option<TaskId>, QueryError> {
+        Ok(self
+            .0
+            .bus
+            .task_of(self.0.subtopology, &self.0.key_bytes(key)?))
+    }
+
+    /// Where `key` lives: its task, the instance that runs it and those
+    /// that keep standby copies of it (from the group description).
+    pub fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
+        self.0.metadata(key)
+    }
+
+    /// The committed value of `key`. [`QueryError::NotLocal`] when its task
+    /// runs elsewhere, [`QueryError::Unavailable`] while it restores here or
+    /// the application is not `Running` (a rebalance may be moving it).
+    pub fn get(&self, key: &K) -> Result<Option<V>, QueryError> {
+        let task = self.0.task_of(key)?;
+        let merged = self
+            .0
+            .ask_task(task, StoreRead::Get(self.0.key_bytes(key)?))?;
         Ok(self.typed(merged.entries)?.pop().map(|(_, v)| v))
     }
 
-    fn scan(&self, read: KvRead) -> Result<Vec<(K, V)>, QueryError> {
-        let merged = self.bus.ask(&self.store, read, None)?;
+    fn scan(&self, read: StoreRead) -> Result<Vec<(K, V)>, QueryError> {
+        let merged = self.0.bus.ask(&self.0.store, read, None)?;
         self.typed(merged.entries)
     }
 
@@ -548,14 +650,14 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
     /// task of the store this instance runs (tasks still restoring are
     /// left out; [`KeyValueQuery::tasks`] names them).
     pub fn range(&self, from: Option<&K>, to: Option<&K>) -> Result<Vec<(K, V)>, QueryError> {
-        let from = from.map(|k| self.key_bytes(k)).transpose()?;
-        let to = to.map(|k| self.key_bytes(k)).transpose()?;
-        self.scan(KvRead::Range { from, to })
+        let from = from.map(|k| self.0.key_bytes(k)).transpose()?;
+        let to = to.map(|k| self.0.key_bytes(k)).transpose()?;
+        self.scan(StoreRead::Range { from, to })
     }
 
     /// Entries whose serialized key starts with `prefix`'s.
     pub fn prefix(&self, prefix: &K) -> Result<Vec<(K, V)>, QueryError> {
-        self.scan(KvRead::Prefix(self.key_bytes(prefix)?))
+        self.scan(StoreRead::Prefix(self.0.key_bytes(prefix)?))
     }
 
     /// Every entry of the store's local tasks.
@@ -565,16 +667,93 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
 
     /// An estimate of the entries in the store's local tasks.
     pub fn approximate_num_entries(&self) -> Result<u64, QueryError> {
-        Ok(self.bus.ask(&self.store, KvRead::Count, None)?.count)
+        Ok(self.0.bus.ask(&self.0.store, StoreRead::Count, None)?.count)
     }
 
     /// The store's tasks on this instance: answering, and restoring.
     pub fn tasks(&self) -> Result<(Vec<TaskId>, Vec<TaskId>), QueryError> {
-        let merged = self.bus.ask(&self.store, KvRead::Count, None)?;
+        let merged = self.0.bus.ask(&self.0.store, StoreRead::Count, None)?;
         Ok((
             merged.running.into_iter().collect(),
             merged.restoring.into_iter().collect(),
         ))
+    }
+}
+
+/// Read-only, typed access to window store `store` across this instance's
+/// active tasks; from [`crate::runtime::KafkaStreams::window_store`].
+/// Windows are named by their start (ms).
+pub struct WindowQuery<K, V>(TypedStore<K, V>);
+
+impl<K: 'static, V: 'static> WindowQuery<K, V> {
+    pub(crate) fn new(parts: QueryParts<'_>, store: &str) -> Result<Self, QueryError> {
+        TypedStore::open(parts, store, StoreKind::Window).map(WindowQuery)
+    }
+
+    /// Where `key` lives (see [`KeyValueQuery::metadata`]).
+    pub fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
+        self.0.metadata(key)
+    }
+
+    /// The committed windows of `key` that start in `from_ms..=to_ms`:
+    /// `(start, value)` in start order. Errors as [`KeyValueQuery::get`].
+    pub fn fetch(&self, key: &K, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, V)>, QueryError> {
+        let task = self.0.task_of(key)?;
+        let read = StoreRead::WindowFetch {
+            key: self.0.key_bytes(key)?,
+            from: from_ms,
+            to: to_ms,
+        };
+        self.0
+            .ask_task(task, read)?
+            .windows
+            .into_iter()
+            .map(|(_, start, _, v)| Ok((start, self.0.value(&v)?)))
+            .collect()
+    }
+
+    /// The committed windows of every key of this instance's tasks that
+    /// start in `from_ms..=to_ms`: `(key, start, value)`.
+    pub fn fetch_all(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(K, i64, V)>, QueryError> {
+        let read = StoreRead::WindowAll {
+            from: from_ms,
+            to: to_ms,
+        };
+        self.0
+            .bus
+            .ask(&self.0.store, read, None)?
+            .windows
+            .into_iter()
+            .map(|(k, start, _, v)| Ok((self.0.key(&k)?, start, self.0.value(&v)?)))
+            .collect()
+    }
+}
+
+/// Read-only, typed access to session store `store` across this
+/// instance's active tasks; from [`crate::runtime::KafkaStreams::session_store`].
+pub struct SessionQuery<K, V>(TypedStore<K, V>);
+
+impl<K: 'static, V: 'static> SessionQuery<K, V> {
+    pub(crate) fn new(parts: QueryParts<'_>, store: &str) -> Result<Self, QueryError> {
+        TypedStore::open(parts, store, StoreKind::Session).map(SessionQuery)
+    }
+
+    /// Where `key` lives (see [`KeyValueQuery::metadata`]).
+    pub fn metadata(&self, key: &K) -> Result<KeyMetadata, QueryError> {
+        self.0.metadata(key)
+    }
+
+    /// The committed sessions of `key`: `(start, end, value)` in start
+    /// order. Errors as [`KeyValueQuery::get`].
+    pub fn fetch(&self, key: &K) -> Result<Vec<(i64, i64, V)>, QueryError> {
+        let task = self.0.task_of(key)?;
+        let read = StoreRead::SessionFetch(self.0.key_bytes(key)?);
+        self.0
+            .ask_task(task, read)?
+            .windows
+            .into_iter()
+            .map(|(_, start, end, v)| Ok((start, end.unwrap_or(start), self.0.value(&v)?)))
+            .collect()
     }
 }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::query::{KvRead, QueryBus};
+use super::query::{QueryBus, StoreRead};
 use super::{AppState, Router, StateCell};
 use crate::processor::TaskId;
 use crate::topology::Topology;
@@ -150,7 +150,10 @@ impl StoreService {
             .join("&");
         match segments.as_slice() {
             [] | [""] => self.list(),
-            [store, "keys", key] => self.key(store, key, flag("forwarded")),
+            [store, "keys", key] => self.key(store, key, &query, flag("forwarded")),
+            [store, "keys", key, "windows"] => {
+                self.one_key(store, key, Some(()), &query, flag("forwarded"))
+            }
             [store, "range"] if flag("local") => self.range(store, &query),
             [store, "range"] => self.range_everywhere(store, &query),
             _ => Answer::error(
@@ -180,7 +183,7 @@ impl StoreService {
 
     /// The store named by an (encoded) path segment, if it is a key-value
     /// store.
-    fn store(&self, encoded: &str) -> Result<(String, &StoreInfo), Answer> {
+    fn store(&self, encoded: &str, kinds: &[&str]) -> Result<(String, &StoreInfo), Answer> {
         let name = percent_decode(encoded).map_err(|e| Answer::error(400, e))?;
         let Some(info) = self.stores.get(&name) else {
             return Err(Answer::error(
@@ -191,13 +194,14 @@ impl StoreService {
                 ),
             ));
         };
-        if info.kind != "key-value" {
+        if !kinds.contains(&info.kind) {
+            let how = match info.kind {
+                "key-value" => format!("/stores/{name}/keys/{{key}} or /stores/{name}/range"),
+                _ => format!("/stores/{name}/keys/{{key}}/windows?from=&to="),
+            };
             return Err(Answer::error(
                 400,
-                format!(
-                    "store {name:?} is a {} store; only key-value stores are served here",
-                    info.kind
-                ),
+                format!("store {name:?} is a {} store; ask {how}", info.kind),
             ));
         }
         Ok((name, info))
@@ -218,8 +222,27 @@ impl StoreService {
         }
     }
 
-    fn key(&self, store: &str, encoded_key: &str, forwarded: bool) -> Answer {
-        let (name, info) = match self.store(store) {
+    fn key(&self, store: &str, encoded_key: &str, query: &str, forwarded: bool) -> Answer {
+        self.one_key(store, encoded_key, None, query, forwarded)
+    }
+
+    /// A key's value (`windows` = `None`), or its windows or sessions
+    /// between the `from`/`to` of `query`: from this instance when it runs
+    /// the key's task, else forwarded once to the instance that does.
+    fn one_key(
+        &self,
+        store: &str,
+        encoded_key: &str,
+        windows: Option<()>,
+        query: &str,
+        forwarded: bool,
+    ) -> Answer {
+        let kinds: &[&str] = if windows.is_some() {
+            &["window", "session"]
+        } else {
+            &["key-value"]
+        };
+        let (name, info) = match self.store(store, kinds) {
             Ok(found) => found,
             Err(answer) => return answer,
         };
@@ -231,10 +254,24 @@ impl StoreService {
             Ok(key) => key,
             Err(e) => return Answer::error(400, format!("key {text:?}: {e}")),
         };
+        let (from, to) = match windows.map(|()| time_bounds(query)) {
+            None => (i64::MIN, i64::MAX),
+            Some(Ok(bounds)) => bounds,
+            Some(Err(e)) => return Answer::error(400, e),
+        };
+        let read = match (windows, info.kind) {
+            (None, _) => StoreRead::Get(key.clone()),
+            (Some(()), "window") => StoreRead::WindowFetch {
+                key: key.clone(),
+                from,
+                to,
+            },
+            (Some(()), _) => StoreRead::SessionFetch(key.clone()),
+        };
         let Some(task) = self.bus.task_of(info.subtopology, &key) else {
             return Answer::error(503, "the application has not started");
         };
-        let merged = match self.bus.ask(&name, KvRead::Get(key), Some(task)) {
+        let merged = match self.bus.ask(&name, read, Some(task)) {
             Ok(merged) => merged,
             Err(e) => return Answer::error(503, e.to_string()),
         };
@@ -254,7 +291,37 @@ impl StoreService {
                     ),
                 );
             }
-            return self.forward(&name, &text, encoded_key, task);
+            let rest = match windows {
+                None => String::new(),
+                Some(()) => "/windows".to_string(),
+            };
+            let separator = if query.is_empty() { "" } else { "&" };
+            let path = format!(
+                "/stores/{}/keys/{encoded_key}{rest}?{query}{separator}forwarded=1",
+                percent_encode(&name)
+            );
+            return self.forward(&name, &text, &path, task);
+        }
+        if windows.is_some() {
+            let windows: Vec<Value> = merged
+                .windows
+                .iter()
+                // Sessions overlapping from..=to.
+                .filter(|(_, start, end, _)| end.unwrap_or(*start) >= from && *start <= to)
+                .map(|(_, start, end, v)| match end {
+                    Some(end) => {
+                        json!({ "start": start, "end": end, "value": render(info.value_type, v) })
+                    }
+                    None => json!({ "start": start, "value": render(info.value_type, v) }),
+                })
+                .collect();
+            return Answer::ok(json!({
+                "store": name,
+                "key": text,
+                "windows": windows,
+                "task": task.to_string(),
+                "served_by": self.served_by(),
+            }));
         }
         match merged.entries.into_iter().next() {
             Some((_, value)) => Answer::ok(json!({
@@ -272,7 +339,7 @@ impl StoreService {
     }
 
     /// Asks the instance that runs `task` (once).
-    fn forward(&self, store: &str, key: &str, encoded_key: &str, task: TaskId) -> Answer {
+    fn forward(&self, store: &str, key: &str, path: &str, task: TaskId) -> Answer {
         let owner = match self.router.owner(task) {
             Ok(owner) => owner,
             Err(e) => return Answer::error(503, format!("describing the group: {e}")),
@@ -293,11 +360,7 @@ impl StoreService {
                 ),
             );
         };
-        let path = format!(
-            "/stores/{}/keys/{encoded_key}?forwarded=1",
-            percent_encode(store)
-        );
-        match http_get(&endpoint, &path) {
+        match http_get(&endpoint, path) {
             Ok((status, body)) => Answer {
                 status,
                 retry_after: status == 503,
@@ -312,7 +375,7 @@ impl StoreService {
 
     /// A range over every instance's tasks; see the module docs.
     fn range_everywhere(&self, store: &str, query: &str) -> Answer {
-        let (name, info) = match self.store(store) {
+        let (name, info) = match self.store(store, &["key-value"]) {
             Ok(found) => found,
             Err(answer) => return answer,
         };
@@ -387,7 +450,7 @@ impl StoreService {
     }
 
     fn range(&self, store: &str, query: &str) -> Answer {
-        let (name, info) = match self.store(store) {
+        let (name, info) = match self.store(store, &["key-value"]) {
             Ok(found) => found,
             Err(answer) => return answer,
         };
@@ -418,7 +481,7 @@ impl StoreService {
         {
             return Answer::error(400, "from is after to (in the store's key order)");
         }
-        let merged = match self.bus.ask(&name, KvRead::Range { from, to }, None) {
+        let merged = match self.bus.ask(&name, StoreRead::Range { from, to }, None) {
             Ok(merged) => merged,
             Err(e) => return Answer::error(503, e.to_string()),
         };
@@ -438,6 +501,28 @@ impl StoreService {
             "served_by": self.served_by(),
         }))
     }
+}
+
+/// The `from` and `to` (ms) of a windows query; unbounded when absent.
+fn time_bounds(query: &str) -> Result<(i64, i64), String> {
+    let (mut from, mut to) = (i64::MIN, i64::MAX);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (param, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let parse = || {
+            value
+                .parse::<i64>()
+                .map_err(|_| format!("{param}={value:?} is not a time in ms since the epoch"))
+        };
+        match param {
+            "from" => from = parse()?,
+            "to" => to = parse()?,
+            _ => return Err(format!("unknown parameter {param:?}; use from and to")),
+        }
+    }
+    if from > to {
+        return Err(format!("from ({from}) is after to ({to})"));
+    }
+    Ok((from, to))
 }
 
 /// Orders rendered keys: numbers by value, anything else by its text.

@@ -1,0 +1,203 @@
+//! Window store queries on the real broker: two `weir run` instances of
+//! the shipped `page-views` under exactly-once. Once the input is
+//! processed, each page's windows asked from one instance over HTTP
+//! (`/stores/page-views-per-minute/keys/{page}/windows`, forwarded to the
+//! page's owner when needed) hold, for every window already emitted and
+//! still retained, exactly the emitted count; windows are still retained
+//! for every page; a bad range is a 400 with a reason.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::counting::{serial, tail};
+use common::weir_app::WeirApp;
+use serde_json::Value;
+use weir::serdes::{Serde, StringSerde};
+use weir::topologies::page_views::{self, PAGES, PageView, STORE, WINDOW_MS, sample_view};
+use weir::windows::WindowedSerde;
+
+const GRACE_MS: i64 = 10_000;
+const VIEWS: u64 = 3_600;
+
+/// Emitted results (read_committed): (page, window start) → count.
+fn results(topic: &str) -> BTreeMap<(String, i64), i64> {
+    let keys = WindowedSerde::time(StringSerde, WINDOW_MS);
+    common::read_to_end(topic)
+        .into_iter()
+        .map(|r| {
+            let k = keys
+                .deserialize(topic, r.key.as_deref().expect("windowed key"))
+                .expect("decoding a windowed key");
+            let v = r.value.as_deref().expect("emit-final never sends null");
+            let count = i64::from_be_bytes(v.try_into().expect("8-byte count"));
+            ((k.key, k.window.start_ms), count)
+        })
+        .collect()
+}
+
+fn get(app: &WeirApp, path: &str) -> (u16, Value) {
+    let (status, body) = app.http_get(path).expect("the instance answers HTTP");
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (status, json)
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn window_queries_match_the_emitted_windows() {
+    let _serial = serial();
+    let app_id = common::unique_topic("query-windows");
+    let (input, output) = (format!("{app_id}-views"), format!("{app_id}-per-minute"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
+    let dir = tempfile::tempdir().unwrap();
+    let start = |i: usize| {
+        let settings = vec![
+            format!("application_id={app_id}"),
+            "processing_guarantee=exactly_once_v2".to_string(),
+            "commit_interval_ms=200".to_string(),
+            format!("topology.input_topic={input}"),
+            format!("topology.output_topic={output}"),
+            format!("topology.late_topic={app_id}-late"),
+            format!("topology.grace_ms={GRACE_MS}"),
+        ];
+        let state = dir.path().join(format!("instance-{i}"));
+        let log = dir.path().join(format!("instance-{i}.log"));
+        WeirApp::start("page-views", &state, &log, &settings)
+    };
+    let mut apps = vec![start(0), start(1)];
+    // Event times about 15 minutes before now (changelog retention goes
+    // by event time).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = now - now.rem_euclid(WINDOW_MS) - 15 * WINDOW_MS;
+    let records: Vec<(Option<Vec<u8>>, Vec<u8>)> = (0..VIEWS)
+        .map(|i| {
+            let (page, ts) = sample_view(i);
+            let view = PageView {
+                user: "u1".into(),
+                ts: ts - page_views::SAMPLE_START_MS + base,
+            };
+            (
+                Some(page.as_bytes().to_vec()),
+                serde_json::to_vec(&view).unwrap(),
+            )
+        })
+        .collect();
+    common::produce_batch(&input, &records);
+
+    // Processed: both ready and the results stable for 3 s.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (mut emitted, mut stable_since) = (BTreeMap::new(), Instant::now());
+    loop {
+        for app in &mut apps {
+            assert!(app.is_running(), "{}", tail(&app.log_text()));
+        }
+        let now = results(&output);
+        if now != emitted {
+            emitted = now;
+            stable_since = Instant::now();
+        }
+        if !emitted.is_empty()
+            && stable_since.elapsed() > Duration::from_secs(3)
+            && apps.iter().all(WeirApp::is_ready)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no stable results");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let mut matched = 0;
+    let mut open = 0;
+    for page in PAGES {
+        let (status, answer) = get(
+            &apps[0],
+            &format!("/stores/{STORE}/keys/{}/windows", encode(page)),
+        );
+        assert_eq!(status, 200, "{page}: {answer}");
+        let windows = answer["windows"].as_array().unwrap();
+        assert!(
+            !windows.is_empty(),
+            "{page}: windows are retained: {answer}"
+        );
+        let earliest = windows[0]["start"].as_i64().unwrap();
+        for w in windows {
+            let start = w["start"].as_i64().unwrap();
+            let count = w["value"].as_i64().unwrap();
+            match emitted.get(&(page.to_string(), start)) {
+                Some(&emitted) => {
+                    assert_eq!(count, emitted, "{page} at {start}");
+                    matched += 1;
+                }
+                None => open += 1,
+            }
+        }
+        // Every emitted window from the earliest retained one on is there.
+        for ((p, start), _) in emitted.range((page.to_string(), earliest)..) {
+            if p == page {
+                assert!(
+                    windows.iter().any(|w| w["start"].as_i64() == Some(*start)),
+                    "{page}: emitted window {start} is in the store: {answer}"
+                );
+            }
+        }
+        // One window by its bounds.
+        let (status, one) = get(
+            &apps[1],
+            &format!(
+                "/stores/{STORE}/keys/{}/windows?from={earliest}&to={earliest}",
+                encode(page)
+            ),
+        );
+        assert_eq!(status, 200, "{one}");
+        assert_eq!(one["windows"].as_array().unwrap().len(), 1, "{one}");
+    }
+    println!(
+        "{} pages: {matched} queried windows equal their emitted counts, {open} still open (not emitted yet)",
+        PAGES.len()
+    );
+    assert!(
+        matched >= PAGES.len(),
+        "each page has an emitted window in the store"
+    );
+    for (path, status, reason) in [
+        (
+            format!("/stores/{STORE}/keys/x/windows?from=5&to=1"),
+            400,
+            "is after",
+        ),
+        (
+            format!("/stores/{STORE}/keys/x/windows?from=soon"),
+            400,
+            "not a time",
+        ),
+        (format!("/stores/{STORE}/keys/x"), 400, "is a window store"),
+        (format!("/stores/{STORE}/range"), 400, "is a window store"),
+    ] {
+        let (got, answer) = get(&apps[0], &path);
+        assert_eq!(got, status, "{path}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(reason),
+            "{path}: {answer}"
+        );
+    }
+    for app in &mut apps {
+        assert_eq!(app.stop(), Some(0));
+    }
+}
