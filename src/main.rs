@@ -87,6 +87,31 @@ enum Command {
         #[arg(long, env = "WEIR_STATE_DIR", default_value = "/tmp/weir")]
         state_dir: PathBuf,
     },
+    /// Ask a running application for a key of one of its stores (or its
+    /// windows, or the whole store without a key): finds an instance
+    /// through the consumer group and prints its JSON answer.
+    Query {
+        /// The store (see `/stores` or `weir describe`).
+        store: String,
+        /// The key, as text (a number for integer keys, JSON for JSON
+        /// keys); without one, every entry of a key-value store.
+        key: Option<String>,
+        /// The application (its consumer group id).
+        #[arg(long)]
+        application_id: String,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+        bootstrap_servers: String,
+        /// Ask for the key's windows (window store) or sessions (session store).
+        #[arg(long)]
+        windows: bool,
+        /// With --windows: the earliest window start, ms since the epoch.
+        #[arg(long, requires = "windows")]
+        from: Option<i64>,
+        /// With --windows: the latest window start, ms since the epoch.
+        #[arg(long, requires = "windows")]
+        to: Option<i64>,
+    },
     /// Print the latest value per key of a topic (read_committed), as `key<TAB>value`.
     Table {
         /// The topic.
@@ -248,6 +273,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     None => format!("absent under {}", state_dir.display()),
                 }
             );
+        }
+        Command::Query {
+            store,
+            key,
+            application_id,
+            bootstrap_servers,
+            windows,
+            from,
+            to,
+        } => {
+            let path = weir::runtime::query_path(&store, key.as_deref(), windows, from, to);
+            let (endpoint, status, body) =
+                weir::runtime::query_application(&bootstrap_servers, &application_id, &path)
+                    .map_err(|e| anyhow::anyhow!("weir query: {e}"))?;
+            println!("{}", body.trim_end());
+            if status != 200 {
+                eprintln!("weir query: {endpoint} answered {status} for {path}");
+                return Ok(ExitCode::FAILURE);
+            }
         }
         Command::Table {
             topic,

@@ -4,7 +4,8 @@
 //! returns the word's last count in the output topic (`read_committed`),
 //! from the instance that runs the word's task (forwarded once when that
 //! is another); a range from any instance returns the whole table, each
-//! word once; `/instances` lists the three with their endpoints and tasks.
+//! word once; `/instances` lists the three with their endpoints and tasks;
+//! `weir query` finds an instance through the group and prints its answer.
 
 mod common;
 
@@ -22,6 +23,20 @@ fn get(app: &WeirApp, path: &str) -> (u16, Value) {
     let (status, body) = app.http_get(path).expect("the instance answers HTTP");
     let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
     (status, json)
+}
+
+/// As [`get`], honouring `503 Retry-After` (a task moving) up to 10 s;
+/// counts the retries in `retries`.
+fn get_retrying(app: &WeirApp, path: &str, retries: &mut u32) -> (u16, Value) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = get(app, path);
+        if status != 503 || Instant::now() > deadline {
+            return (status, answer);
+        }
+        *retries += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Percent-encodes every byte but unreserved ASCII.
@@ -50,8 +65,10 @@ fn every_instance_answers_for_every_word() {
     });
 
     // Wait until the group settled: three instances, eight tasks, all
-    // instances ready.
+    // instances ready, and the same description three times in a row.
     let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last: Option<Value> = None;
+    let mut same = 0;
     let instances = loop {
         let ready = apps.iter().all(WeirApp::is_ready);
         let (status, answer) = get(&apps[0], "/instances");
@@ -61,7 +78,14 @@ fn every_instance_answers_for_every_word() {
             .flat_map(|i| i["tasks"].as_array().cloned().unwrap_or_default())
             .map(|t| t.as_str().unwrap().to_string())
             .collect();
-        if ready && status == 200 && instances.len() == 3 && tasks.len() == 8 {
+        let settled = ready && status == 200 && instances.len() == 3 && tasks.len() == 8;
+        same = if settled && last.as_ref() == Some(&answer["instances"]) {
+            same + 1
+        } else {
+            0
+        };
+        last = Some(answer["instances"].clone());
+        if same >= 2 {
             break instances;
         }
         assert!(
@@ -86,9 +110,14 @@ fn every_instance_answers_for_every_word() {
     );
 
     let mut forwarded = 0;
+    let mut retries = 0;
     for (i, app) in apps.iter().enumerate() {
         for (word, count) in &topic {
-            let (status, answer) = get(app, &format!("/stores/counts/keys/{}", encode(word)));
+            let (status, answer) = get_retrying(
+                app,
+                &format!("/stores/counts/keys/{}", encode(word)),
+                &mut retries,
+            );
             assert_eq!(status, 200, "instance {i}, {word}: {answer}");
             assert_eq!(
                 answer["value"],
@@ -101,7 +130,7 @@ fn every_instance_answers_for_every_word() {
                 forwarded += 1;
             }
         }
-        let (status, range) = get(app, "/stores/counts/range");
+        let (status, range) = get_retrying(app, "/stores/counts/range", &mut retries);
         assert_eq!(status, 200, "instance {i}: {range}");
         let entries = range["entries"].as_array().unwrap();
         let table: BTreeMap<String, i64> = entries
@@ -118,11 +147,46 @@ fn every_instance_answers_for_every_word() {
         assert_eq!(range["served_by"].as_array().unwrap().len(), 3);
     }
     println!(
-        "{} words asked at each of 3 instances: {forwarded} of {} answers forwarded to the owner",
+        "{} words asked at each of 3 instances: {forwarded} of {} answers forwarded to the owner; {retries} retries after a 503",
         topic.len(),
         3 * topic.len()
     );
     assert!(forwarded > 0, "some words' tasks run on other instances");
+
+    // `weir query` finds an instance through the group.
+    let query = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("query")
+            .args(args)
+            .args(["--application-id", &f.app_id])
+            .args(["--bootstrap-servers", &common::bootstrap()])
+            .output()
+            .expect("running weir query");
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code(), answer)
+    };
+    let (word, count) = topic.iter().next().unwrap();
+    let (code, answer) = query(&["counts", word]);
+    assert_eq!(code, Some(0), "{answer}");
+    assert_eq!(answer["value"], serde_json::json!(count));
+    let (code, answer) = query(&["counts"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(answer["entries"].as_array().unwrap().len(), topic.len());
+    let (code, answer) = query(&["counts", "no such word/%"]);
+    assert_eq!(code, Some(1), "a missing key fails: {answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"no such word/%\""),
+        "{answer}"
+    );
     for app in &mut apps {
         assert_eq!(app.stop(), Some(0));
     }

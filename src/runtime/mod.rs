@@ -65,6 +65,7 @@ pub use query::{KeyMetadata, KeyValueQuery, QueryError, SessionQuery, WindowQuer
 pub use query_route::InstanceInfo;
 pub(crate) use query_route::Router;
 pub(crate) use query_text::{Answer as StoreAnswer, StoreService};
+pub use query_text::{query_application, query_path};
 pub use restore::RestoreStats;
 pub(crate) use state::StateCell;
 pub use state::{AppState, StateListener};

@@ -361,11 +361,17 @@ impl StoreService {
             );
         };
         match http_get(&endpoint, path) {
-            Ok((status, body)) => Answer {
-                status,
-                retry_after: status == 503,
-                body: serde_json::from_str(&body).unwrap_or_else(|_| json!({ "error": body })),
-            },
+            Ok((status, body)) => {
+                if status == 503 {
+                    // The owner moved on: read the group afresh next time.
+                    self.router.invalidate();
+                }
+                Answer {
+                    status,
+                    retry_after: status == 503,
+                    body: serde_json::from_str(&body).unwrap_or_else(|_| json!({ "error": body })),
+                }
+            }
             Err(e) => {
                 self.router.invalidate();
                 Answer::error(503, format!("forwarding to {endpoint} (task {task}): {e}"))
@@ -501,6 +507,82 @@ impl StoreService {
             "served_by": self.served_by(),
         }))
     }
+}
+
+/// Asks a running instance of `application_id` (found through the group
+/// on the cluster at `bootstrap`) for `path` (`/stores/...`): the
+/// endpoint that answered, the status and the JSON body. Instances are
+/// tried in turn until one answers; an error says why none did. This is
+/// `weir query`.
+pub fn query_application(
+    bootstrap: &str,
+    application_id: &str,
+    path: &str,
+) -> Result<(String, u16, String), String> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| format!("creating the metadata client: {e}"))?;
+    let members = super::group_describe::describe_group(
+        client.client(),
+        application_id,
+        std::time::Duration::from_secs(30),
+    )
+    .map_err(|e| format!("describing consumer group '{application_id}' at {bootstrap}: {e}"))?;
+    let mut endpoints: Vec<String> = members
+        .iter()
+        .filter_map(|m| super::group_describe::parse_client_id(&m.client_id, application_id))
+        .filter_map(|(_, endpoint)| endpoint.map(str::to_string))
+        .collect();
+    endpoints.sort();
+    endpoints.dedup();
+    if endpoints.is_empty() {
+        return Err(format!(
+            "no running instance of '{application_id}' advertises an endpoint (is it running, with its HTTP server on?)"
+        ));
+    }
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        match http_get(&endpoint, path) {
+            Ok((status, body)) => return Ok((endpoint, status, body)),
+            Err(e) => failures.push(format!("{endpoint}: {e}")),
+        }
+    }
+    Err(format!("no instance answered: {}", failures.join("; ")))
+}
+
+/// The URL path `weir query` asks: a key (`/stores/{store}/keys/{key}`),
+/// its windows (`.../windows?from=&to=`), or the whole store
+/// (`/stores/{store}/range`) without a key.
+pub fn query_path(
+    store: &str,
+    key: Option<&str>,
+    windows: bool,
+    from: Option<i64>,
+    to: Option<i64>,
+) -> String {
+    let mut path = format!("/stores/{}", percent_encode(store));
+    match key {
+        None => path.push_str("/range"),
+        Some(key) => {
+            path.push_str("/keys/");
+            path.push_str(&percent_encode(key));
+            if windows {
+                path.push_str("/windows");
+                let bounds: Vec<String> = [("from", from), ("to", to)]
+                    .iter()
+                    .filter_map(|(name, v)| v.map(|v| format!("{name}={v}")))
+                    .collect();
+                if !bounds.is_empty() {
+                    path.push('?');
+                    path.push_str(&bounds.join("&"));
+                }
+            }
+        }
+    }
+    path
 }
 
 /// The `from` and `to` (ms) of a windows query; unbounded when absent.
@@ -677,6 +759,26 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_paths_encode_the_key_once() {
+        assert_eq!(
+            query_path("counts", Some("a/b c"), false, None, None),
+            "/stores/counts/keys/a%2Fb%20c"
+        );
+        assert_eq!(
+            query_path("w", Some("/home"), true, Some(5), None),
+            "/stores/w/keys/%2Fhome/windows?from=5"
+        );
+        assert_eq!(
+            query_path("counts", None, false, None, None),
+            "/stores/counts/range"
+        );
+        let key = "a/b%c?# é";
+        let path = query_path("s", Some(key), false, None, None);
+        let segment = path.rsplit('/').next().unwrap();
+        assert_eq!(percent_decode(segment).unwrap(), key);
+    }
 
     #[test]
     fn keys_are_percent_decoded_once() {
