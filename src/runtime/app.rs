@@ -40,6 +40,8 @@ pub struct KafkaStreams {
     buffer_stats: Arc<BufferStats>,
     queries: Arc<QueryBus>,
     router: Arc<Router>,
+    /// This instance's standby copies (read by stale queries too).
+    standbys: Arc<StandbyRegistry>,
 }
 
 impl KafkaStreams {
@@ -61,6 +63,7 @@ impl KafkaStreams {
             http: None,
             queries: Arc::new(QueryBus::new(config.num_stream_threads)),
             router,
+            standbys: Arc::new(StandbyRegistry::default()),
             config,
         })
     }
@@ -138,7 +141,7 @@ impl KafkaStreams {
             metrics: self.metrics.clone(),
             buffer_stats: self.buffer_stats.clone(),
             purger,
-            standbys: Arc::new(StandbyRegistry::default()),
+            standbys: self.standbys.clone(),
             queries: self.queries.clone(),
         });
         if self.config.num_standby_replicas > 0 {
@@ -182,8 +185,10 @@ impl KafkaStreams {
         let stores = Arc::new(StoreService::new(
             self.queries.clone(),
             self.router.clone(),
+            self.standbys.clone(),
             self.state.clone(),
             &self.topology,
+            &self.config.application_id,
         ));
         let endpoints = Endpoints {
             stores: stores.clone(),

@@ -312,15 +312,15 @@ type KvEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// What one task's store gave.
 #[derive(Default)]
-struct Found {
-    entries: KvEntries,
-    windows: Vec<WindowEntry>,
-    count: u64,
+pub(crate) struct Found {
+    pub(crate) entries: KvEntries,
+    pub(crate) windows: Vec<WindowEntry>,
+    pub(crate) count: u64,
 }
 
 /// Runs `read` on `task`'s store `store`; `None` when the task has no
 /// store of that name and the read's kind.
-fn read_task(
+pub(crate) fn read_task(
     task: &TaskInstance,
     store: &str,
     read: &StoreRead,

@@ -159,6 +159,16 @@ impl Router {
         Ok(instances)
     }
 
+    /// The end offset (high watermark) of `topic` partition `partition`.
+    pub(crate) fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, String> {
+        use rdkafka::consumer::Consumer;
+        let client = self.client()?;
+        client
+            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+            .map(|(_, high)| high)
+            .map_err(|e| e.to_string())
+    }
+
     /// The instance that runs `task`, if any does now.
     pub(crate) fn owner(&self, task: TaskId) -> Result<Option<InstanceInfo>, String> {
         Ok(self

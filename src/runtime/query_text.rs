@@ -36,12 +36,26 @@ use super::{AppState, Router, StateCell};
 use crate::processor::TaskId;
 use crate::topology::Topology;
 
+/// One key's request, as the answer needs it.
+struct Asked<'a> {
+    name: &'a str,
+    info: &'a StoreInfo,
+    text: &'a str,
+    task: TaskId,
+    /// Windows or sessions rather than a value.
+    windows: bool,
+    from: i64,
+    to: i64,
+}
+
 /// What the server knows of one store.
 struct StoreInfo {
     kind: &'static str,
     subtopology: u32,
     key_type: &'static str,
     value_type: &'static str,
+    /// Its changelog topic, when logged.
+    changelog: Option<String>,
 }
 
 /// An HTTP answer: status, JSON body, and whether to add `Retry-After`.
@@ -74,6 +88,7 @@ impl Answer {
 pub(crate) struct StoreService {
     bus: Arc<QueryBus>,
     router: Arc<Router>,
+    standbys: Arc<super::standby::StandbyRegistry>,
     state: Arc<StateCell>,
     stores: BTreeMap<String, StoreInfo>,
     /// This instance's advertised endpoint, named in answers (set once
@@ -87,8 +102,10 @@ impl StoreService {
     pub(crate) fn new(
         bus: Arc<QueryBus>,
         router: Arc<Router>,
+        standbys: Arc<super::standby::StandbyRegistry>,
         state: Arc<StateCell>,
         topology: &Topology,
+        application_id: &str,
     ) -> Self {
         let mut stores = BTreeMap::new();
         for (index, sub) in topology.subtopologies.iter().enumerate() {
@@ -101,6 +118,7 @@ impl StoreService {
                         subtopology: index as u32,
                         key_type: def.serdes.key_type,
                         value_type: def.serdes.value_type,
+                        changelog: def.logging.then(|| def.changelog_topic(application_id)),
                     },
                 );
             }
@@ -108,6 +126,7 @@ impl StoreService {
         StoreService {
             bus,
             router,
+            standbys,
             state,
             stores,
             served_by: std::sync::OnceLock::new(),
@@ -145,15 +164,22 @@ impl StoreService {
         let flag = |name: &str| query.split('&').any(|p| p == format!("{name}=1"));
         let query: String = query
             .split('&')
-            .filter(|p| *p != "forwarded=1" && *p != "local=1")
+            .filter(|p| !["forwarded=1", "local=1", "stale=1"].contains(p))
             .collect::<Vec<_>>()
             .join("&");
         match segments.as_slice() {
             [] | [""] => self.list(),
-            [store, "keys", key] => self.key(store, key, &query, flag("forwarded")),
-            [store, "keys", key, "windows"] => {
-                self.one_key(store, key, Some(()), &query, flag("forwarded"))
+            [store, "keys", key] => {
+                self.one_key(store, key, None, &query, flag("forwarded"), flag("stale"))
             }
+            [store, "keys", key, "windows"] => self.one_key(
+                store,
+                key,
+                Some(()),
+                &query,
+                flag("forwarded"),
+                flag("stale"),
+            ),
             [store, "range"] if flag("local") => self.range(store, &query),
             [store, "range"] => self.range_everywhere(store, &query),
             _ => Answer::error(
@@ -222,10 +248,6 @@ impl StoreService {
         }
     }
 
-    fn key(&self, store: &str, encoded_key: &str, query: &str, forwarded: bool) -> Answer {
-        self.one_key(store, encoded_key, None, query, forwarded)
-    }
-
     /// A key's value (`windows` = `None`), or its windows or sessions
     /// between the `from`/`to` of `query`: from this instance when it runs
     /// the key's task, else forwarded once to the instance that does.
@@ -236,6 +258,7 @@ impl StoreService {
         windows: Option<()>,
         query: &str,
         forwarded: bool,
+        stale: bool,
     ) -> Answer {
         let kinds: &[&str] = if windows.is_some() {
             &["window", "session"]
@@ -271,40 +294,96 @@ impl StoreService {
         let Some(task) = self.bus.task_of(info.subtopology, &key) else {
             return Answer::error(503, "the application has not started");
         };
-        let merged = match self.bus.ask(&name, read, Some(task)) {
+        let asked = Asked {
+            name: &name,
+            info,
+            text: &text,
+            task,
+            windows: windows.is_some(),
+            from,
+            to,
+        };
+        let merged = match self.bus.ask(&name, read.clone(), Some(task)) {
             Ok(merged) => merged,
             Err(e) => return Answer::error(503, e.to_string()),
         };
+        if merged.running.contains(&task) {
+            return self.found(&asked, merged.entries, merged.windows, None);
+        }
+        // Not answerable here from the active task.
+        if stale && let Some(answer) = self.standby_answer(&asked, &read) {
+            return answer;
+        }
         if merged.restoring.contains(&task) {
             return Answer::error(503, format!("task {task} is restoring"));
         }
-        if !merged.running.contains(&task) {
-            let state = self.state.get();
-            if state != AppState::Running {
-                return Answer::error(503, format!("the application is {state:?}"));
-            }
-            if forwarded {
-                return Answer::error(
-                    503,
-                    format!(
-                        "task {task} moved away from this instance while the request was forwarded here"
-                    ),
-                );
-            }
-            let rest = match windows {
-                None => String::new(),
-                Some(()) => "/windows".to_string(),
-            };
-            let separator = if query.is_empty() { "" } else { "&" };
-            let path = format!(
-                "/stores/{}/keys/{encoded_key}{rest}?{query}{separator}forwarded=1",
-                percent_encode(&name)
-            );
-            return self.forward(&name, &text, &path, task);
+        let state = self.state.get();
+        if state != AppState::Running {
+            return Answer::error(503, format!("the application is {state:?}"));
         }
-        if windows.is_some() {
-            let windows: Vec<Value> = merged
-                .windows
+        if forwarded {
+            return Answer::error(
+                503,
+                format!(
+                    "task {task} moved away from this instance while the request was forwarded here"
+                ),
+            );
+        }
+        let rest = if windows.is_some() { "/windows" } else { "" };
+        let mut flags = vec!["forwarded=1"];
+        if stale {
+            flags.push("stale=1");
+        }
+        let separator = if query.is_empty() { "" } else { "&" };
+        let path = format!(
+            "/stores/{}/keys/{encoded_key}{rest}?{query}{separator}{}",
+            percent_encode(&name),
+            flags.join("&")
+        );
+        let answer = self.forward(&name, &text, &path, task);
+        if answer.status != 503 || !stale {
+            return answer;
+        }
+        // The owner cannot answer: a standby copy elsewhere may.
+        let standbys: Vec<String> = match self.router.instances() {
+            Ok(instances) => instances
+                .iter()
+                .filter(|i| i.standby_tasks.contains(&task))
+                .filter_map(|i| i.endpoint.clone())
+                .filter(|e| !self.is_me(e))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for endpoint in standbys {
+            if let Ok((200, body)) = http_get(&endpoint, &path)
+                && let Ok(body) = serde_json::from_str(&body)
+            {
+                return Answer::ok(body);
+            }
+        }
+        answer
+    }
+
+    /// The answer for what a store gave: a key's value or its windows;
+    /// `lag` when it comes from a standby copy.
+    fn found(
+        &self,
+        asked: &Asked<'_>,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        windows: Vec<super::query::WindowEntry>,
+        lag: Option<Option<i64>>,
+    ) -> Answer {
+        let Asked {
+            name,
+            info,
+            text,
+            task,
+            from,
+            to,
+            ..
+        } = *asked;
+        let mut body = if asked.windows {
+            let windows: Vec<Value> = windows
                 .iter()
                 // Sessions overlapping from..=to.
                 .filter(|(_, start, end, _)| end.unwrap_or(*start) >= from && *start <= to)
@@ -315,27 +394,49 @@ impl StoreService {
                     None => json!({ "start": start, "value": render(info.value_type, v) }),
                 })
                 .collect();
-            return Answer::ok(json!({
-                "store": name,
-                "key": text,
-                "windows": windows,
-                "task": task.to_string(),
-                "served_by": self.served_by(),
-            }));
+            json!({ "store": name, "key": text, "windows": windows })
+        } else {
+            match entries.into_iter().next() {
+                Some((_, value)) => {
+                    json!({ "store": name, "key": text, "value": render(info.value_type, &value) })
+                }
+                None => {
+                    let mut answer = Answer::error(
+                        404,
+                        format!("key {text:?} is not in store {name:?} (task {task})"),
+                    );
+                    if let Some(lag) = lag {
+                        answer.body["standby"] = json!(true);
+                        answer.body["lag_records"] = json!(lag);
+                    }
+                    return answer;
+                }
+            }
+        };
+        body["task"] = json!(task.to_string());
+        body["served_by"] = json!(self.served_by());
+        if let Some(lag) = lag {
+            body["standby"] = json!(true);
+            body["lag_records"] = json!(lag);
         }
-        match merged.entries.into_iter().next() {
-            Some((_, value)) => Answer::ok(json!({
-                "store": name,
-                "key": text,
-                "value": render(info.value_type, &value),
-                "task": task.to_string(),
-                "served_by": self.served_by(),
-            })),
-            None => Answer::error(
-                404,
-                format!("key {text:?} is not in store {name:?} (task {task})"),
-            ),
-        }
+        Answer::ok(body)
+    }
+
+    /// The answer from this instance's standby copy of the key's task, if
+    /// it keeps one, with its lag behind the changelog's end.
+    fn standby_answer(&self, asked: &Asked<'_>, read: &StoreRead) -> Option<Answer> {
+        let (found, applied) = self.standbys.read(asked.task, asked.name, read)?;
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => return Some(Answer::error(503, format!("reading the standby copy: {e}"))),
+        };
+        // Offsets behind the end of the changelog (a transaction marker
+        // counts as one).
+        let lag = asked.info.changelog.as_deref().and_then(|topic| {
+            let end = self.router.end_offset(topic, asked.task.partition).ok()?;
+            Some((end - applied.map_or(0, |a| a + 1)).max(0))
+        });
+        Some(self.found(asked, found.entries, found.windows, Some(lag)))
     }
 
     /// Asks the instance that runs `task` (once).

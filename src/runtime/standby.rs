@@ -144,6 +144,24 @@ impl StandbyRegistry {
         Some(standby)
     }
 
+    /// Runs `read` on store `store` of this instance's standby copy of
+    /// `id`, if it keeps one: what it found and the changelog offset the
+    /// copy applied last. The standby thread waits meanwhile.
+    pub(crate) fn read(
+        &self,
+        id: TaskId,
+        store: &str,
+        read: &super::query::StoreRead,
+    ) -> Option<(
+        Result<super::query::Found, crate::state::StoreError>,
+        Option<i64>,
+    )> {
+        let registry = self.lock();
+        let standby = registry.standby.get(&id)?;
+        let found = super::query::read_task(&standby.task, store, read)?;
+        Some((found, standby.task.store_committed_offset(store)))
+    }
+
     /// `id` is no longer active here (its task was closed).
     pub(crate) fn release(&self, id: TaskId) {
         self.lock().active.remove(&id);
