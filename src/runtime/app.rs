@@ -42,6 +42,8 @@ pub struct KafkaStreams {
     router: Arc<Router>,
     /// This instance's standby copies (read by stale queries too).
     standbys: Arc<StandbyRegistry>,
+    /// The HTTP server's interactive queries, when it runs.
+    store_service: Option<Arc<StoreService>>,
 }
 
 impl KafkaStreams {
@@ -64,6 +66,7 @@ impl KafkaStreams {
             queries: Arc::new(QueryBus::new(config.num_stream_threads)),
             router,
             standbys: Arc::new(StandbyRegistry::default()),
+            store_service: None,
             config,
         })
     }
@@ -125,6 +128,9 @@ impl KafkaStreams {
         // Global tables are loaded in full before any stream thread starts.
         let globals = super::global::start(&self.config, &self.topology, self.shutdown.clone())?;
         let mut task_config = self.task_config.clone();
+        if let Some(service) = &self.store_service {
+            service.set_globals(globals.stores.clone());
+        }
         task_config.globals = globals.stores;
         self.threads.extend(globals.thread);
         let process_id = state_dir.process_id().to_string();
@@ -214,6 +220,7 @@ impl KafkaStreams {
         }
         stores.set_served_by(server.addr().to_string(), advertised);
         self.http = Some(server);
+        self.store_service = Some(stores);
         Ok(())
     }
 

@@ -56,6 +56,8 @@ struct StoreInfo {
     value_type: &'static str,
     /// Its changelog topic, when logged.
     changelog: Option<String>,
+    /// A global table's store: every instance holds all of it.
+    global: bool,
 }
 
 /// An HTTP answer: status, JSON body, and whether to add `Retry-After`.
@@ -96,6 +98,8 @@ pub(crate) struct StoreService {
     served_by: std::sync::OnceLock<String>,
     /// The address the server bound.
     bound: std::sync::OnceLock<String>,
+    /// The loaded global tables (set once loaded, at start).
+    globals: std::sync::OnceLock<crate::topology::GlobalStores>,
 }
 
 impl StoreService {
@@ -119,9 +123,25 @@ impl StoreService {
                         key_type: def.serdes.key_type,
                         value_type: def.serdes.value_type,
                         changelog: def.logging.then(|| def.changelog_topic(application_id)),
+                        global: false,
                     },
                 );
             }
+        }
+        for global in &topology.globals {
+            stores.insert(
+                global.store.clone(),
+                StoreInfo {
+                    kind: "key-value",
+                    subtopology: 0,
+                    // Global tables declare no serdes: keys are their text,
+                    // values render as JSON, text or base64.
+                    key_type: "bytes as text",
+                    value_type: "unknown",
+                    changelog: None,
+                    global: true,
+                },
+            );
         }
         StoreService {
             bus,
@@ -131,7 +151,22 @@ impl StoreService {
             stores,
             served_by: std::sync::OnceLock::new(),
             bound: std::sync::OnceLock::new(),
+            globals: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands over the loaded global tables.
+    pub(crate) fn set_globals(&self, globals: crate::topology::GlobalStores) {
+        let _ = self.globals.set(globals);
+    }
+
+    /// The loaded global store `name`.
+    fn global(&self, name: &str) -> Result<Arc<crate::topology::GlobalStore>, Answer> {
+        self.globals
+            .get()
+            .and_then(|g| g.get(name))
+            .cloned()
+            .ok_or_else(|| Answer::error(503, "the global tables are not loaded yet"))
     }
 
     /// Records the bound address and the advertised endpoint (named in
@@ -198,7 +233,7 @@ impl StoreService {
             .map(|(name, info)| {
                 json!({
                     "name": name,
-                    "kind": info.kind,
+                    "kind": if info.global { "global key-value" } else { info.kind },
                     "key_type": info.key_type,
                     "value_type": info.value_type,
                 })
@@ -277,6 +312,24 @@ impl StoreService {
             Ok(key) => key,
             Err(e) => return Answer::error(400, format!("key {text:?}: {e}")),
         };
+        if info.global {
+            // Every instance holds the whole global table: no routing.
+            let value = match self.global(&name).map(|g| g.get(&key)) {
+                Ok(Ok(value)) => value,
+                Ok(Err(e)) => return Answer::error(503, format!("reading {name:?}: {e}")),
+                Err(answer) => return answer,
+            };
+            return match value {
+                Some(v) => Answer::ok(json!({
+                    "store": name,
+                    "key": text,
+                    "value": render(info.value_type, &v),
+                    "global": true,
+                    "served_by": self.served_by(),
+                })),
+                None => Answer::error(404, format!("key {text:?} is not in global store {name:?}")),
+            };
+        }
         let (from, to) = match windows.map(|()| time_bounds(query)) {
             None => (i64::MIN, i64::MAX),
             Some(Ok(bounds)) => bounds,
@@ -486,6 +539,9 @@ impl StoreService {
             Ok(found) => found,
             Err(answer) => return answer,
         };
+        if info.global {
+            return self.range(store, query);
+        }
         let local = self.range(store, query);
         if local.status != 200 {
             return local;
@@ -587,6 +643,26 @@ impl StoreService {
             && f > t
         {
             return Answer::error(400, "from is after to (in the store's key order)");
+        }
+        if info.global {
+            let entries = match self
+                .global(&name)
+                .map(|g| g.range(from.as_deref(), to.as_deref()))
+            {
+                Ok(Ok(entries)) => entries,
+                Ok(Err(e)) => return Answer::error(503, format!("reading {name:?}: {e}")),
+                Err(answer) => return answer,
+            };
+            let entries: Vec<Value> = entries
+                .iter()
+                .map(|(k, v)| json!({ "key": render(info.key_type, k), "value": render(info.value_type, v) }))
+                .collect();
+            return Answer::ok(json!({
+                "store": name,
+                "entries": entries,
+                "global": true,
+                "served_by": self.served_by(),
+            }));
         }
         let merged = match self.bus.ask(&name, StoreRead::Range { from, to }, None) {
             Ok(merged) => merged,
@@ -801,7 +877,7 @@ fn key_bytes(key_type: &str, text: &str) -> Result<Vec<u8>, String> {
             .map_err(|_| "not a number of the store's key type".to_string())
     }
     Ok(match key_type {
-        "String" => text.as_bytes().to_vec(),
+        "String" | "bytes as text" => text.as_bytes().to_vec(),
         "i64" => number::<i64>(text)?.to_be_bytes().to_vec(),
         "i32" => number::<i32>(text)?.to_be_bytes().to_vec(),
         "u64" => number::<u64>(text)?.to_be_bytes().to_vec(),

@@ -53,6 +53,21 @@ impl GlobalStore {
         self.lock().commit(None)
     }
 
+    /// The entries with keys in `from..=to` (`None`: unbounded), in key
+    /// order, read under one lock (for interactive queries).
+    pub fn range(
+        &self,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+    ) -> Result<Vec<crate::state::KeyValue>, StoreError> {
+        use std::ops::Bound;
+        fn bound(b: Option<&[u8]>) -> Bound<&[u8]> {
+            b.map_or(Bound::Unbounded, Bound::Included)
+        }
+        let store = self.lock();
+        store.range(bound(from), bound(to))?.collect()
+    }
+
     /// The number of entries (an estimate for persistent backends).
     pub fn approximate_num_entries(&self) -> Result<u64, StoreError> {
         self.lock().approximate_num_entries()
