@@ -207,18 +207,29 @@ impl KafkaStreams {
             context: "starting the HTTP server (http_bind)",
             source,
         })?;
-        let advertised = self
-            .config
-            .advertised_endpoint
-            .get_or_insert_with(|| server.addr().to_string())
-            .clone();
-        if server.addr().ip().is_unspecified() && advertised == server.addr().to_string() {
-            tracing::warn!(
-                endpoint = %advertised,
-                "the HTTP server binds every interface: set advertised_endpoint to an address other instances reach, or they cannot forward queries here"
-            );
-        }
-        stores.set_served_by(server.addr().to_string(), advertised);
+        let bound = server.addr();
+        let advertised = match &self.config.advertised_endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None if bound.ip().is_unspecified() => {
+                // Every interface: advertise the one that reaches the
+                // broker, which other instances reach too (a container's
+                // address in a compose network).
+                match local_ip_towards(&self.config.bootstrap_servers) {
+                    Some(ip) => std::net::SocketAddr::new(ip, bound.port()).to_string(),
+                    None => {
+                        tracing::warn!(
+                            %bound,
+                            "the HTTP server binds every interface and no address towards the broker was found: set advertised_endpoint, or other instances cannot forward queries here"
+                        );
+                        bound.to_string()
+                    }
+                }
+            }
+            None => bound.to_string(),
+        };
+        tracing::info!(endpoint = %advertised, "advertised endpoint for interactive queries");
+        self.config.advertised_endpoint = Some(advertised.clone());
+        stores.set_served_by(bound.to_string(), advertised);
         self.http = Some(server);
         self.store_service = Some(stores);
         Ok(())
@@ -391,5 +402,35 @@ impl Drop for KafkaStreams {
         if !self.threads.is_empty() {
             self.close(Duration::from_secs(30));
         }
+    }
+}
+
+/// The local address this machine uses to reach the first of
+/// `bootstrap_servers` (a UDP socket is "connected", which sends nothing).
+fn local_ip_towards(bootstrap_servers: &str) -> Option<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    let first = bootstrap_servers.split(',').next()?.trim();
+    let target = first.to_socket_addrs().ok()?.next()?;
+    let any: std::net::SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0".parse().ok()?
+    } else {
+        "[::]:0".parse().ok()?
+    };
+    let socket = std::net::UdpSocket::bind(any).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_ip_towards;
+
+    #[test]
+    fn the_address_towards_a_loopback_broker_is_loopback() {
+        assert_eq!(
+            local_ip_towards("127.0.0.1:9092,other:9092"),
+            Some(std::net::IpAddr::from([127, 0, 0, 1]))
+        );
+        assert_eq!(local_ip_towards(""), None);
     }
 }
