@@ -276,7 +276,7 @@ pub fn run(a: &DcmonArgs) -> Result<()> {
     }
     let section = section(a, events, per_dataset, expected, &runs)?;
     print!("{section}");
-    write_section(&a.out, &section)
+    crate::sections::write(&a.out, (BEGIN, END), &section)
 }
 
 fn section(
@@ -340,25 +340,4 @@ fn build_description() -> &'static str {
         }
         _ => "release build",
     }
-}
-
-/// Replaces the section between [`BEGIN`] and [`END`] in `path` (appends it
-/// when absent).
-fn write_section(path: &Path, section: &str) -> Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) => {
-            let rest = old[e + END.len()..].trim_start_matches('\n');
-            format!("{}{section}{rest}", &old[..b])
-        }
-        _ => format!("{}\n{section}", old.trim_end()),
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
-/// The section of the existing report at `path`, to keep across a rewrite.
-pub fn kept_section(path: &Path) -> Option<String> {
-    let old = std::fs::read_to_string(path).ok()?;
-    let (b, e) = (old.find(BEGIN)?, old.find(END)?);
-    Some(old[b..e + END.len()].to_string() + "\n")
 }

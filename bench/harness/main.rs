@@ -7,9 +7,11 @@
 mod chart;
 mod dcmon;
 mod procstat;
+mod queries;
 mod raw;
 mod report;
 mod run;
+mod sections;
 mod topologies;
 mod workload;
 
@@ -41,6 +43,37 @@ enum Cmd {
     /// Throughput of the shipped datacenter-monitor application (rewrites
     /// its section of BENCHMARKS.md).
     Dcmon(DcmonCli),
+    /// Interactive query speed: local `get` latency and routed HTTP
+    /// queries per second (rewrites its section of BENCHMARKS.md).
+    Queries(QueriesCli),
+}
+
+#[derive(Args)]
+struct QueriesCli {
+    #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
+    bootstrap: String,
+    /// Keys in the store (one count each).
+    #[arg(long, env = "BENCH_QUERY_KEYS", default_value_t = 100_000)]
+    keys: u64,
+    #[arg(long, env = "BENCH_PARTITIONS", default_value_t = 4)]
+    partitions: i32,
+    /// Seconds of each HTTP phase.
+    #[arg(long, env = "BENCH_QUERY_SECS", default_value_t = 10)]
+    seconds: u64,
+    /// Concurrent HTTP clients.
+    #[arg(long, env = "BENCH_QUERY_CLIENTS", default_value_t = 4)]
+    clients: usize,
+    /// Library gets measured one at a time.
+    #[arg(long, default_value_t = 2_000)]
+    gets: usize,
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// The report to rewrite the section of.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// The command shown as how to regenerate the section.
+    #[arg(long, env = "BENCH_COMMAND", default_value = "scripts/bench queries")]
+    command: String,
 }
 
 #[derive(Args)]
@@ -171,6 +204,17 @@ fn main() -> Result<()> {
         Cmd::Report(a) => report_cmd(a),
         Cmd::Weir(a) => weir_cmd(a),
         Cmd::Raw(a) => raw_cmd(a),
+        Cmd::Queries(a) => queries::run(&queries::QueriesArgs {
+            bootstrap: a.bootstrap,
+            keys: a.keys,
+            partitions: a.partitions,
+            seconds: a.seconds,
+            clients: a.clients,
+            gets: a.gets,
+            work_dir: a.work_dir,
+            out: a.out,
+            command: a.command,
+        }),
         Cmd::Dcmon(a) => dcmon::run(&dcmon::DcmonArgs {
             bootstrap: a.bootstrap,
             repetitions: a.repetitions,

@@ -269,10 +269,13 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     }
     writeln!(w)?;
     targets(w, all)?;
-    // `weir-bench dcmon`'s section is measured separately: keep it.
-    if let Some(kept) = crate::dcmon::kept_section(ctx.out) {
-        writeln!(w)?;
-        w.push_str(&kept);
+    // `weir-bench dcmon`'s and `weir-bench queries`' sections are measured
+    // separately: keep them.
+    for &markers in crate::sections::KEPT {
+        if let Some(kept) = crate::sections::kept(ctx.out, markers) {
+            writeln!(w)?;
+            w.push_str(&kept);
+        }
     }
     std::fs::write(ctx.out, md)?;
     Ok(())
