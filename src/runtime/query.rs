@@ -5,7 +5,9 @@
 //! locks; so a query is not read from another thread. It is posted to
 //! every stream thread's inbox ([`QueryBus`]) and each thread answers for
 //! its own tasks between two rounds of its loop, then the answers are
-//! merged. A thread answers within one `poll_ms` when idle.
+//! merged. A thread that is idle (waiting for input in `poll`, where it
+//! does not hold its lock) is read directly instead, under its lock, when
+//! its stores hold only committed state ([`DirectReads`]).
 //!
 //! **Isolation.** Under exactly-once a thread answers only when nothing
 //! was processed since its last commit (right after a commit, or while
@@ -155,9 +157,19 @@ pub(crate) struct Pending {
     reply: mpsc::Sender<ThreadAnswer>,
 }
 
+/// A stream thread a query can be answered on directly, when the thread
+/// is between rounds (see the module docs).
+pub(crate) trait DirectReads: Send + Sync {
+    /// Answers `pending` now if the thread is idle and its stores hold
+    /// only committed state; gives it back otherwise.
+    fn try_answer(&self, pending: Pending) -> Option<Pending>;
+}
+
 /// Where queries wait for the stream threads; see the module docs.
 pub(crate) struct QueryBus {
     inboxes: Vec<Mutex<Vec<Pending>>>,
+    /// Per thread, once it runs: its direct path.
+    direct: Vec<Mutex<Option<Arc<dyn DirectReads>>>>,
     /// Partitions per sub-topology, known once the application started.
     partitions: Mutex<Option<Vec<i32>>>,
 }
@@ -167,6 +179,7 @@ impl QueryBus {
     pub(crate) fn new(threads: usize) -> Self {
         QueryBus {
             inboxes: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
+            direct: (0..threads).map(|_| Mutex::new(None)).collect(),
             partitions: Mutex::new(None),
         }
     }
@@ -174,6 +187,13 @@ impl QueryBus {
     /// Records the partition count of each sub-topology (at start).
     pub(crate) fn set_partitions(&self, tasks_per_subtopology: Vec<i32>) {
         *self.partitions.lock().expect("query bus lock") = Some(tasks_per_subtopology);
+    }
+
+    /// Registers thread `index`'s direct path (`None` when it stops).
+    pub(crate) fn set_direct(&self, index: usize, direct: Option<Arc<dyn DirectReads>>) {
+        if let Some(slot) = self.direct.get(index) {
+            *slot.lock().expect("query bus lock") = direct;
+        }
     }
 
     /// The queries waiting for thread `index`.
@@ -218,13 +238,20 @@ impl QueryBus {
         let (reply, answers) = mpsc::channel();
         let store_name: Arc<str> = Arc::from(store);
         let read = Arc::new(read);
-        for inbox in &self.inboxes {
-            inbox.lock().expect("query bus lock").push(Pending {
+        for (inbox, direct) in self.inboxes.iter().zip(&self.direct) {
+            let mut pending = Some(Pending {
                 store: store_name.clone(),
                 read: read.clone(),
                 task,
                 reply: reply.clone(),
             });
+            let direct = direct.lock().expect("query bus lock").clone();
+            if let Some(direct) = direct {
+                pending = direct.try_answer(pending.take().expect("set above"));
+            }
+            if let Some(pending) = pending {
+                inbox.lock().expect("query bus lock").push(pending);
+            }
         }
         drop(reply);
         let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;

@@ -152,6 +152,31 @@ pub(crate) struct StreamThread {
 /// The stream thread shared by the loop and the rebalance callbacks.
 type Shared = Arc<Mutex<StreamThread>>;
 
+/// Interactive queries read straight from an idle thread: its loop waits
+/// for input in `poll` without holding its lock (see
+/// `crate::runtime::query`).
+struct DirectQueries(std::sync::Weak<Mutex<StreamThread>>);
+
+impl crate::runtime::query::DirectReads for DirectQueries {
+    fn try_answer(
+        &self,
+        pending: crate::runtime::query::Pending,
+    ) -> Option<crate::runtime::query::Pending> {
+        let Some(thread) = self.0.upgrade() else {
+            return Some(pending);
+        };
+        // A busy thread (processing, committing) answers from its loop.
+        let Ok(t) = thread.try_lock() else {
+            return Some(pending);
+        };
+        if !t.reads_committed_state() {
+            return Some(pending);
+        }
+        crate::runtime::query::answer(pending, t.tasks.running(), t.tasks.restoring_tasks());
+        None
+    }
+}
+
 fn lock(thread: &Shared) -> MutexGuard<'_, StreamThread> {
     thread.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -222,6 +247,10 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         .subscribe(&topic_refs)
         .map_err(|e| StreamsError::kafka(format!("subscribing to {topics:?}"), e))?;
     lock(&thread).set_state(ThreadState::Starting);
+    env.queries.set_direct(
+        index,
+        Some(Arc::new(DirectQueries(Arc::downgrade(&thread)))),
+    );
 
     let result = phases::main_loop(&env, &thread, &consumer);
 
@@ -230,6 +259,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         ok = result.is_ok(),
         "stream thread stopping"
     );
+    env.queries.set_direct(index, None);
     lock(&thread).shut_down(&consumer, result.is_ok());
     tracing::debug!(thread = index, "tasks closed; leaving the group");
     consumer.unsubscribe();
@@ -239,6 +269,13 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
 }
 
 impl StreamThread {
+    /// Whether a query may read the stores now: under exactly-once only
+    /// when nothing was processed since the last commit (they hold
+    /// committed state only).
+    fn reads_committed_state(&self) -> bool {
+        !(self.env.config.is_exactly_once() && self.tasks.commit_needed())
+    }
+
     /// Moves to `next`, keeping the application's rebalancing count.
     fn set_state(&mut self, next: ThreadState) {
         let before = self.state;

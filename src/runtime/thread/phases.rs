@@ -165,7 +165,7 @@ fn run_phases<'c>(
 /// exactly-once only when nothing was processed since the last commit, so
 /// they read committed state (see `runtime/query.rs`).
 fn answer_queries(env: &ThreadEnv, t: &StreamThread) {
-    if env.config.is_exactly_once() && t.tasks.commit_needed() {
+    if !t.reads_committed_state() {
         return;
     }
     if !env.queries.has_pending(t.index) {
