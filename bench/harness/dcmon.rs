@@ -333,7 +333,7 @@ fn section(
 }
 
 /// The build measured (`BENCH_BUILD` of `scripts/bench`).
-fn build_description() -> &'static str {
+pub fn build_description() -> &'static str {
     match std::env::var("BENCH_BUILD").as_deref() {
         Ok("dev-opt") => {
             "dev-profile build: Weir at opt-level 3 without debug assertions, librdkafka and RocksDB at opt-level 2"

@@ -3,8 +3,7 @@
 //! then
 //!
 //! * local `get` latency: `KeyValueQuery::get` on instance A of keys whose
-//!   task runs on A, one at a time (the library path: a read posted to the
-//!   stream threads and answered between their rounds);
+//!   task runs on A, one at a time (the library path);
 //! * routed HTTP: client threads on loopback ask instance A's
 //!   `/stores/counts/keys/{key}` for `--seconds`, first for keys A runs
 //!   (local hits), then for keys B runs (each forwarded once to B);
@@ -189,7 +188,8 @@ pub fn run(a: &QueriesArgs) -> Result<()> {
         let ready = apps.iter().all(|app| app.state() == AppState::Running);
         let (mine, _) = counts.tasks().unwrap_or_default();
         let (theirs, _) = counts_b.tasks().unwrap_or_default();
-        if ready && mine.len() + theirs.len() == a.partitions as usize && !mine.is_empty() {
+        let both = !mine.is_empty() && !theirs.is_empty();
+        if ready && both && mine.len() + theirs.len() == a.partitions as usize {
             let held = counts.all().map(|e| e.len()).unwrap_or(0)
                 + counts_b.all().map(|e| e.len()).unwrap_or(0);
             if held == keys.len() {
@@ -249,8 +249,8 @@ pub fn run(a: &QueriesArgs) -> Result<()> {
     crate::sections::write(&a.out, (BEGIN, END), &section)
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.2}", d.as_secs_f64() * 1000.0)
+fn us(d: Duration) -> String {
+    format!("{:.0}", d.as_secs_f64() * 1e6)
 }
 
 fn section(a: &QueriesArgs, library: &Phase, local: &Phase, forwarded: &Phase) -> Result<String> {
@@ -261,20 +261,17 @@ fn section(a: &QueriesArgs, library: &Phase, local: &Phase, forwarded: &Phase) -
     writeln!(
         s,
         "Regenerate: `{}`. Two instances of the `count` workload in one process (exactly-once, {} partitions), \
-         one count per key for {} keys; {} build. Loopback HTTP, one connection per request (the server closes it).",
+         one count per key for {} keys; {}. Loopback HTTP, one connection per request (the server closes it); \
+         the clients run on the same two cores as both instances and the broker.",
         a.command,
         a.partitions,
         a.keys,
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "optimized"
-        }
+        crate::dcmon::build_description()
     )?;
     writeln!(s)?;
     writeln!(
         s,
-        "| path | requests | errors | per second | p50 ms | p99 ms | max ms |"
+        "| path | requests | errors | per second | p50 µs | p99 µs | max µs |"
     )?;
     writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")?;
     for (name, p) in [
@@ -294,18 +291,18 @@ fn section(a: &QueriesArgs, library: &Phase, local: &Phase, forwarded: &Phase) -
             p.requests,
             p.errors,
             p.per_second(),
-            ms(p.pct(0.5)),
-            ms(p.pct(0.99)),
-            ms(p.pct(1.0))
+            us(p.pct(0.5)),
+            us(p.pct(0.99)),
+            us(p.pct(1.0))
         )?;
     }
     writeln!(s)?;
     writeln!(
         s,
-        "A query is answered by the stream thread that owns the task, between two rounds of its loop: an idle \
-         thread waits for input in 5 ms slices and answers at the end of the slice, so the library `get` costs \
-         about one slice. A forwarded request adds one HTTP round trip from instance A to B (and B's answer is \
-         the same path as a local hit there)."
+        "A query reads the stores of the stream thread that owns the key's task: directly, under the \
+         thread's lock, while the thread waits for input (it polls without holding it) and its stores hold \
+         committed state only; otherwise the thread answers between two rounds of its loop. A forwarded \
+         request adds one HTTP round trip from instance A to B, where it is a local hit."
     )?;
     writeln!(s, "{END}")?;
     Ok(s)
