@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::counting::{output_counts, serial, word_count_truth};
-use common::weir_app::http_get_at;
-use serde_json::Value;
+use common::weir_app::{get_json, percent_encode};
 use weir::config::StreamsConfig;
 use weir::runtime::{AppState, KafkaStreams, QueryError};
 use weir::topologies::word_count;
@@ -121,11 +120,7 @@ fn every_word_reads_its_committed_count() {
 
     // Over HTTP.
     let addr = streams.http_addr().expect("the HTTP server runs");
-    let get = |path: &str| -> (u16, Value) {
-        let (status, body) = http_get_at(addr, path).expect("the server answers");
-        let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-        (status, json)
-    };
+    let get = |path: &str| get_json(addr, path);
     let (status, stores) = get("/stores");
     assert_eq!(status, 200);
     assert_eq!(
@@ -133,7 +128,7 @@ fn every_word_reads_its_committed_count() {
         serde_json::json!([{"name": "counts", "kind": "key-value", "key_type": "String", "value_type": "i64"}])
     );
     for (word, count) in &topic {
-        let (status, answer) = get(&format!("/stores/counts/keys/{}", encode(word)));
+        let (status, answer) = get(&format!("/stores/counts/keys/{}", percent_encode(word)));
         assert_eq!(status, 200, "{word}: {answer}");
         assert_eq!(answer["value"], serde_json::json!(count), "{word}");
         assert_eq!(answer["key"], serde_json::json!(word));
@@ -156,8 +151,8 @@ fn every_word_reads_its_committed_count() {
     assert_eq!(range["entries"].as_array().unwrap().len(), topic.len());
     let (status, bounded) = get(&format!(
         "/stores/counts/range?from={}&to={}",
-        encode(&first),
-        encode(&first)
+        percent_encode(&first),
+        percent_encode(&first)
     ));
     assert_eq!(
         (status, bounded["entries"].as_array().unwrap().len()),
@@ -165,7 +160,7 @@ fn every_word_reads_its_committed_count() {
     );
 
     let odd = "a/b%c?# é";
-    let (status, answer) = get(&format!("/stores/counts/keys/{}", encode(odd)));
+    let (status, answer) = get(&format!("/stores/counts/keys/{}", percent_encode(odd)));
     assert_eq!(status, 404, "{answer}");
     assert!(
         answer["error"]
@@ -190,17 +185,4 @@ fn every_word_reads_its_committed_count() {
         );
     }
     assert!(streams.close(Duration::from_secs(30)));
-}
-
-/// Percent-encodes every byte but unreserved ASCII.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

@@ -13,43 +13,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::counting::{Fixture, serial, tail, wait_for_output, word_count_truth};
-use common::weir_app::WeirApp;
+use common::weir_app::{WeirApp, get_json, percent_encode};
 use serde_json::Value;
 use weir::topologies::word_count;
 
 const SENTENCES: u64 = 2_000;
-
-fn get(app: &WeirApp, path: &str) -> (u16, Value) {
-    let (status, body) = app.http_get(path).expect("the instance answers HTTP");
-    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-    (status, json)
-}
 
 /// As [`get`], honouring `503 Retry-After` (a task moving) up to 10 s;
 /// counts the retries in `retries`.
 fn get_retrying(app: &WeirApp, path: &str, retries: &mut u32) -> (u16, Value) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, answer) = get(app, path);
+        let (status, answer) = get_json(app.http_addr().unwrap(), path);
         if status != 503 || Instant::now() > deadline {
             return (status, answer);
         }
         *retries += 1;
         std::thread::sleep(Duration::from_millis(250));
     }
-}
-
-/// Percent-encodes every byte but unreserved ASCII.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -71,7 +52,7 @@ fn every_instance_answers_for_every_word() {
     let mut same = 0;
     let instances = loop {
         let ready = apps.iter().all(WeirApp::is_ready);
-        let (status, answer) = get(&apps[0], "/instances");
+        let (status, answer) = get_json(apps[0].http_addr().unwrap(), "/instances");
         let instances = answer["instances"].as_array().cloned().unwrap_or_default();
         let tasks: BTreeSet<String> = instances
             .iter()
@@ -115,7 +96,7 @@ fn every_instance_answers_for_every_word() {
         for (word, count) in &topic {
             let (status, answer) = get_retrying(
                 app,
-                &format!("/stores/counts/keys/{}", encode(word)),
+                &format!("/stores/counts/keys/{}", percent_encode(word)),
                 &mut retries,
             );
             assert_eq!(status, 200, "instance {i}, {word}: {answer}");

@@ -10,17 +10,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::counting::{serial, tail};
-use common::weir_app::WeirApp;
+use common::weir_app::{WeirApp, get_json};
 use serde_json::Value;
 use weir::topologies::order_enrichment::{
     SAMPLE_CUSTOMERS, SAMPLE_PRODUCTS, sample_customer, sample_product,
 };
-
-fn get(app: &WeirApp, path: &str) -> (u16, Value) {
-    let (status, body) = app.http_get(path).expect("the instance answers HTTP");
-    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-    (status, json)
-}
 
 fn json_records<T: serde::Serialize>(rows: &[(String, T)]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
     rows.iter()
@@ -71,7 +65,7 @@ fn order_enrichment_tables_answer_as_json() {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if apps[0].http_addr().is_some() {
-                break get(&apps[0], "/stores");
+                break get_json(apps[0].http_addr().unwrap(), "/stores");
             }
             assert!(Instant::now() < deadline);
             std::thread::sleep(Duration::from_millis(200));
@@ -105,7 +99,10 @@ fn order_enrichment_tables_answer_as_json() {
             let expected = serde_json::to_value(customer).unwrap();
             loop {
                 assert!(app.is_running(), "{}", tail(&app.log_text()));
-                let (status, answer) = get(app, &format!("/stores/customers/keys/{id}"));
+                let (status, answer) = get_json(
+                    app.http_addr().unwrap(),
+                    &format!("/stores/customers/keys/{id}"),
+                );
                 if status == 200 && answer["value"] == expected {
                     break;
                 }
@@ -117,18 +114,21 @@ fn order_enrichment_tables_answer_as_json() {
             }
         }
         for (id, product) in &product_rows {
-            let (status, answer) = get(app, &format!("/stores/products/keys/{id}"));
+            let (status, answer) = get_json(
+                app.http_addr().unwrap(),
+                &format!("/stores/products/keys/{id}"),
+            );
             assert_eq!(status, 200, "instance {i}, product {id}: {answer}");
             assert_eq!(answer["value"], serde_json::to_value(product).unwrap());
             assert_eq!(answer["global"], Value::Bool(true));
         }
-        let (status, range) = get(app, "/stores/products/range");
+        let (status, range) = get_json(app.http_addr().unwrap(), "/stores/products/range");
         assert_eq!(status, 200);
         assert_eq!(
             range["entries"].as_array().unwrap().len(),
             product_rows.len()
         );
-        let (status, range) = get(app, "/stores/customers/range");
+        let (status, range) = get_json(app.http_addr().unwrap(), "/stores/customers/range");
         assert_eq!(status, 200, "{range}");
         assert_eq!(
             range["entries"].as_array().unwrap().len(),

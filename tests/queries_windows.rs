@@ -12,46 +12,17 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::counting::{serial, tail};
-use common::weir_app::WeirApp;
-use serde_json::Value;
-use weir::serdes::{Serde, StringSerde};
+use common::weir_app::{WeirApp, get_json, percent_encode};
 use weir::topologies::page_views::{self, PAGES, PageView, STORE, WINDOW_MS, sample_view};
-use weir::windows::WindowedSerde;
 
 const GRACE_MS: i64 = 10_000;
 const VIEWS: u64 = 3_600;
 
 /// Emitted results (read_committed): (page, window start) → count.
 fn results(topic: &str) -> BTreeMap<(String, i64), i64> {
-    let keys = WindowedSerde::time(StringSerde, WINDOW_MS);
-    common::read_to_end(topic)
+    common::page_view_results(topic)
         .into_iter()
-        .map(|r| {
-            let k = keys
-                .deserialize(topic, r.key.as_deref().expect("windowed key"))
-                .expect("decoding a windowed key");
-            let v = r.value.as_deref().expect("emit-final never sends null");
-            let count = i64::from_be_bytes(v.try_into().expect("8-byte count"));
-            ((k.key, k.window.start_ms), count)
-        })
-        .collect()
-}
-
-fn get(app: &WeirApp, path: &str) -> (u16, Value) {
-    let (status, body) = app.http_get(path).expect("the instance answers HTTP");
-    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-    (status, json)
-}
-
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
+        .map(|(page, start, count)| ((page, start), count))
         .collect()
 }
 
@@ -126,9 +97,9 @@ fn window_queries_match_the_emitted_windows() {
     let mut matched = 0;
     let mut open = 0;
     for page in PAGES {
-        let (status, answer) = get(
-            &apps[0],
-            &format!("/stores/{STORE}/keys/{}/windows", encode(page)),
+        let (status, answer) = get_json(
+            apps[0].http_addr().unwrap(),
+            &format!("/stores/{STORE}/keys/{}/windows", percent_encode(page)),
         );
         assert_eq!(status, 200, "{page}: {answer}");
         let windows = answer["windows"].as_array().unwrap();
@@ -158,11 +129,11 @@ fn window_queries_match_the_emitted_windows() {
             }
         }
         // One window by its bounds.
-        let (status, one) = get(
-            &apps[1],
+        let (status, one) = get_json(
+            apps[1].http_addr().unwrap(),
             &format!(
                 "/stores/{STORE}/keys/{}/windows?from={earliest}&to={earliest}",
-                encode(page)
+                percent_encode(page)
             ),
         );
         assert_eq!(status, 200, "{one}");
@@ -190,7 +161,7 @@ fn window_queries_match_the_emitted_windows() {
         (format!("/stores/{STORE}/keys/x"), 400, "is a window store"),
         (format!("/stores/{STORE}/range"), 400, "is a window store"),
     ] {
-        let (got, answer) = get(&apps[0], &path);
+        let (got, answer) = get_json(apps[0].http_addr().unwrap(), &path);
         assert_eq!(got, status, "{path}: {answer}");
         assert!(
             answer["error"].as_str().unwrap().contains(reason),

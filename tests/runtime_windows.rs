@@ -12,11 +12,8 @@ use std::time::{Duration, Instant};
 use common::weir_app::WeirApp;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use weir::serdes::{Serde, StringSerde};
 use weir::topologies::page_views::{self, PageView, WINDOW_MS, sample_is_late, sample_view};
-use weir::windows::{
-    LATE_HEADER_REASON, LATE_HEADER_STREAM_TIME, LATE_REASON_WINDOW_CLOSED, WindowedSerde,
-};
+use weir::windows::{LATE_HEADER_REASON, LATE_HEADER_STREAM_TIME, LATE_REASON_WINDOW_CLOSED};
 
 /// Each test runs `weir` instances or a busy in-process app; on a small
 /// machine they run one at a time.
@@ -118,22 +115,6 @@ fn wait_until<T>(
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// Every result in `topic` (read_committed) as (page, window start, count), in order.
-fn results(topic: &str) -> Vec<(String, i64, i64)> {
-    let keys = WindowedSerde::time(StringSerde, WINDOW_MS);
-    common::read_to_end(topic)
-        .into_iter()
-        .map(|r| {
-            let k = keys
-                .deserialize(topic, r.key.as_deref().expect("windowed key"))
-                .expect("decoding a windowed key");
-            let v = r.value.as_deref().expect("emit-final never sends null");
-            let count = i64::from_be_bytes(v.try_into().expect("8-byte count"));
-            (k.key, k.window.start_ms, count)
-        })
-        .collect()
 }
 
 /// A `page-views` application with its own topics and state directories.
@@ -259,7 +240,7 @@ fn stream_time_and_lateness_survive_a_task_move_under(guarantee: &'static str) {
     f.wait_all_committed(&mut [&mut b], "the views after the move are committed");
     assert_eq!(f.committed()[0].1, Some(t0 + 250_000));
     assert_eq!(
-        results(&f.output),
+        common::page_view_results(&f.output),
         vec![("/a".to_string(), t0 + 120_000, 1)],
         "only the window open before the move has a result; log of the second instance:\n{}",
         tail(&b.log_text())
@@ -312,13 +293,13 @@ fn emit_final_once_per_window_through_sigkill_and_rebalance() {
         a.kill();
         f.committed().iter().map(|(o, _)| o).sum::<i64>()
     });
-    let before_restart = results(&f.output);
+    let before_restart = common::page_view_results(&f.output);
     let mut a = f.start(0);
     f.produce_samples(base, 2_750, 3_600);
     f.wait_all_committed(&mut [&mut a], "the restarted instance caught up");
     // Window [300 s, 360 s) is open (closes at 370 s); a second instance
     // joins and takes one of the two tasks.
-    let before_join = results(&f.output);
+    let before_join = common::page_view_results(&f.output);
     let mut b = f.start(1);
     wait_until(
         Duration::from_secs(60),
@@ -332,7 +313,7 @@ fn emit_final_once_per_window_through_sigkill_and_rebalance() {
     f.produce_samples(base, 3_600, 7_200);
     f.wait_all_committed(&mut [&mut a, &mut b], "all 7,200 views are committed");
 
-    let out = results(&f.output);
+    let out = common::page_view_results(&f.output);
     let reference = reference(base, 7_200);
     let mut seen = BTreeSet::new();
     for (page, start, count) in &out {

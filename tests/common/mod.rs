@@ -64,6 +64,25 @@ pub fn read_to_end(topic: &str) -> Vec<ReadRecord> {
     broker().read_committed(topic)
 }
 
+/// Every result of `page-views` in `topic` (read_committed) as (page,
+/// window start, count), in read order.
+pub fn page_view_results(topic: &str) -> Vec<(String, i64, i64)> {
+    use weir::serdes::{Serde, StringSerde};
+    let keys =
+        weir::windows::WindowedSerde::time(StringSerde, weir::topologies::page_views::WINDOW_MS);
+    read_to_end(topic)
+        .into_iter()
+        .map(|r| {
+            let k = keys
+                .deserialize(topic, r.key.as_deref().expect("windowed key"))
+                .expect("decoding a windowed key");
+            let v = r.value.as_deref().expect("emit-final never sends null");
+            let count = i64::from_be_bytes(v.try_into().expect("8-byte count"));
+            (k.key, k.window.start_ms, count)
+        })
+        .collect()
+}
+
 /// As [`read_to_end`], with the given `isolation.level`.
 pub fn read_to_end_with(topic: &str, isolation: &str) -> Vec<ReadRecord> {
     let isolation = match isolation {

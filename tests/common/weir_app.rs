@@ -190,3 +190,26 @@ pub fn http_get_at(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let status = head.split(' ').nth(1)?.parse().ok()?;
     Some((status, body.to_string()))
 }
+
+/// `GET path` at `addr` with a JSON body: the status and the body parsed
+/// (panics, naming the path, when the server is down or the body is not
+/// JSON).
+pub fn get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http_get_at(addr, path).expect("the server answers HTTP");
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (status, json)
+}
+
+/// Percent-encodes every byte of `text` but unreserved ASCII (one URL
+/// path segment or query value).
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
