@@ -186,3 +186,82 @@ fn every_word_reads_its_committed_count() {
     }
     assert!(streams.close(Duration::from_secs(30)));
 }
+
+/// Two instances with one standby replica: each word read at instance A
+/// with `get_stale` comes from A's active task or, for B's tasks, from A's
+/// standby copy (with its lag) — and once the copies caught up, every
+/// answer is the word's count.
+#[test]
+fn stale_reads_come_from_the_standby_copy() {
+    let _serial = serial();
+    let app = common::unique_topic("query-stale");
+    let (input, output) = (format!("{app}-in"), format!("{app}-out"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
+    let params = word_count::WORD_COUNT
+        .params(&BTreeMap::from([
+            ("input_topic".to_string(), input.clone()),
+            ("output_topic".to_string(), output.clone()),
+        ]))
+        .unwrap();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut apps: Vec<KafkaStreams> = dirs
+        .iter()
+        .map(|dir| {
+            let config = StreamsConfig::from_pairs([
+                ("application_id", app.as_str()),
+                ("bootstrap_servers", &common::bootstrap()),
+                ("state_dir", &dir.path().display().to_string()),
+                ("processing_guarantee", "exactly_once_v2"),
+                ("num_standby_replicas", "1"),
+            ])
+            .unwrap();
+            let mut streams =
+                KafkaStreams::new(word_count::build(&params).unwrap(), config).unwrap();
+            streams.start().unwrap();
+            streams
+        })
+        .collect();
+    common::produce_samples(&input, word_count::sample, 0, SENTENCES);
+    let truth = word_count_truth(SENTENCES);
+    let counts = apps[0].key_value_store::<String, i64>("counts").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (from_standby, lags) = loop {
+        let answers: Vec<_> = truth
+            .keys()
+            .map(|word| (word, counts.get_stale(word)))
+            .collect();
+        let exact = answers
+            .iter()
+            .all(|(word, a)| matches!(a, Ok(s) if s.value == Some(truth[*word])));
+        let standby: Vec<_> = answers
+            .iter()
+            .filter_map(|(_, a)| a.as_ref().ok().filter(|s| s.standby))
+            .collect();
+        if exact && !standby.is_empty() && output_counts(&output) == truth {
+            let lags: Vec<Option<i64>> = standby.iter().map(|s| s.lag_records).collect();
+            break (standby.len(), lags);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stale reads at instance A: {:?}",
+            answers
+                .iter()
+                .map(|(w, a)| (w, a.as_ref().map(|s| (s.value, s.standby))))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!(
+        "{} words at instance A: {from_standby} from its standby copies (lags {lags:?}), the rest from its active tasks",
+        truth.len()
+    );
+    assert!(
+        lags.iter().all(Option::is_some),
+        "standby reads report their lag"
+    );
+    for streams in &mut apps {
+        assert!(streams.close(Duration::from_secs(30)));
+    }
+}

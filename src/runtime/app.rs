@@ -386,7 +386,9 @@ impl KafkaStreams {
             bus: self.queries.clone(),
             router: self.router.clone(),
             state: self.state.clone(),
+            standbys: self.standbys.clone(),
             topology: &self.topology,
+            application_id: &self.config.application_id,
         }
     }
 

@@ -15,7 +15,8 @@
 //! * `buffer.rs` — per-partition input buffers, timestamp order, pause/resume;
 //! * `purge.rs` — deleting consumed repartition records;
 //! * `query.rs` — interactive queries: reading stores through the stream
-//!   threads ([`KeyValueQuery`]); `query_text.rs` — the same over HTTP
+//!   threads ([`KeyValueQuery`]), `query_read.rs` — one read of a task's
+//!   store (active or standby); `query_text.rs` — the same over HTTP
 //!   (`/stores`), keys from URL text, values as JSON; `query_route.rs` —
 //!   which instance runs a task, from the group description;
 //! * `changelog/` — the changelog reader: from a store's committed offset
@@ -45,6 +46,7 @@ pub(crate) mod group_describe;
 mod group_protocol;
 mod purge;
 mod query;
+mod query_read;
 mod query_route;
 mod query_text;
 mod restore;
@@ -61,7 +63,7 @@ pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
 pub(crate) use query::QueryBus;
 pub(crate) use query::QueryParts;
-pub use query::{KeyMetadata, KeyValueQuery, QueryError, SessionQuery, WindowQuery};
+pub use query::{KeyMetadata, KeyValueQuery, QueryError, SessionQuery, Stale, WindowQuery};
 pub use query_route::InstanceInfo;
 pub(crate) use query_route::Router;
 pub(crate) use query_text::{Answer as StoreAnswer, StoreService};

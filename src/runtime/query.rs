@@ -24,15 +24,14 @@
 //! [`QueryError::Unavailable`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::query_read::{KvEntries, StoreRead, WindowEntry, read_task};
 use super::{AppState, InstanceInfo, Router, StateCell};
 use crate::processor::{TaskId, TaskInstance};
 use crate::serdes::SharedSerde;
-use crate::state::KeyValueStore;
 use crate::state::StoreKind;
 use crate::topology::Topology;
 
@@ -104,33 +103,6 @@ pub enum QueryError {
         message: String,
     },
 }
-
-/// One read of a key-value store, on serialized keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StoreRead {
-    /// The value of one key.
-    Get(Vec<u8>),
-    /// Entries with keys in `from..=to` (serialized key order); `None` is
-    /// unbounded.
-    Range {
-        from: Option<Vec<u8>>,
-        to: Option<Vec<u8>>,
-    },
-    /// Entries whose serialized key starts with the bytes.
-    Prefix(Vec<u8>),
-    /// The approximate number of entries.
-    Count,
-    /// A window store's windows of one key that start in `from..=to`.
-    WindowFetch { key: Vec<u8>, from: i64, to: i64 },
-    /// A window store's windows of every key that start in `from..=to`.
-    WindowAll { from: i64, to: i64 },
-    /// A session store's sessions of one key.
-    SessionFetch(Vec<u8>),
-}
-
-/// One window or session of a window or session store: key, start, end
-/// (sessions only), value.
-pub(crate) type WindowEntry = (Vec<u8>, i64, Option<i64>, Vec<u8>);
 
 /// One thread's answer to a query.
 #[derive(Debug, Default)]
@@ -335,94 +307,6 @@ pub(crate) fn answer<'a>(
     let _ = pending.reply.send(answer);
 }
 
-type KvEntries = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// What one task's store gave.
-#[derive(Default)]
-pub(crate) struct Found {
-    pub(crate) entries: KvEntries,
-    pub(crate) windows: Vec<WindowEntry>,
-    pub(crate) count: u64,
-}
-
-/// Runs `read` on `task`'s store `store`; `None` when the task has no
-/// store of that name and the read's kind.
-pub(crate) fn read_task(
-    task: &TaskInstance,
-    store: &str,
-    read: &StoreRead,
-) -> Option<Result<Found, crate::state::StoreError>> {
-    let collect_windows = |iter: crate::state::WindowIter<'_>| {
-        iter.map(|r| r.map(|(k, start, v)| (k, start, None, v)))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    match read {
-        StoreRead::WindowFetch { key, from, to } => task.read_window_store(store, |s| {
-            Ok(Found {
-                windows: collect_windows(s.fetch_range(key, *from, *to)?)?,
-                ..Found::default()
-            })
-        }),
-        StoreRead::WindowAll { from, to } => task.read_window_store(store, |s| {
-            Ok(Found {
-                windows: collect_windows(s.fetch_all(*from, *to)?)?,
-                ..Found::default()
-            })
-        }),
-        StoreRead::SessionFetch(key) => task.read_session_store(store, |s| {
-            let sessions = s
-                .find_sessions(key, i64::MIN, i64::MAX)?
-                .map(|r| r.map(|(k, v)| (k.key, k.start_ms, Some(k.end_ms), v)))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Found {
-                windows: sessions,
-                ..Found::default()
-            })
-        }),
-        _ => task.read_store(store, |s| {
-            read_kv(s, read).map(|(entries, count)| Found {
-                entries,
-                count,
-                ..Found::default()
-            })
-        }),
-    }
-}
-
-fn read_kv(
-    store: &dyn KeyValueStore,
-    read: &StoreRead,
-) -> Result<(KvEntries, u64), crate::state::StoreError> {
-    let collect = |iter: crate::state::KvIter<'_>| iter.collect::<Result<Vec<_>, _>>();
-    Ok(match read {
-        StoreRead::Get(key) => (
-            store
-                .get(key)?
-                .map(|v| (key.clone(), v))
-                .into_iter()
-                .collect(),
-            0,
-        ),
-        StoreRead::Range { from, to } => {
-            let bound = |b: &Option<Vec<u8>>| match b {
-                Some(k) => Bound::Included(k.clone()),
-                None => Bound::Unbounded,
-            };
-            let (from, to) = (bound(from), bound(to));
-            let entries = collect(store.range(
-                from.as_ref().map(Vec::as_slice),
-                to.as_ref().map(Vec::as_slice),
-            )?)?;
-            (entries, 0)
-        }
-        StoreRead::Prefix(prefix) => (collect(store.prefix_scan(prefix)?)?, 0),
-        StoreRead::Count => (Vec::new(), store.approximate_num_entries()?),
-        StoreRead::WindowFetch { .. }
-        | StoreRead::WindowAll { .. }
-        | StoreRead::SessionFetch(_) => (Vec::new(), 0),
-    })
-}
-
 /// Kafka's `murmur2` hash (as the Java client and librdkafka's
 /// `murmur2_random` partitioner compute it).
 pub(crate) fn murmur2(data: &[u8]) -> u32 {
@@ -490,7 +374,10 @@ struct TypedStore<K, V> {
     bus: Arc<QueryBus>,
     router: Arc<Router>,
     state: Arc<StateCell>,
+    standbys: Arc<super::standby::StandbyRegistry>,
     store: String,
+    /// The store's changelog topic, when logged.
+    changelog: Option<String>,
     subtopology: u32,
     key_serde: SharedSerde<K>,
     value_serde: SharedSerde<V>,
@@ -501,7 +388,9 @@ pub(crate) struct QueryParts<'a> {
     pub(crate) bus: Arc<QueryBus>,
     pub(crate) router: Arc<Router>,
     pub(crate) state: Arc<StateCell>,
+    pub(crate) standbys: Arc<super::standby::StandbyRegistry>,
     pub(crate) topology: &'a Topology,
+    pub(crate) application_id: &'a str,
 }
 
 impl<K: 'static, V: 'static> TypedStore<K, V> {
@@ -540,7 +429,11 @@ impl<K: 'static, V: 'static> TypedStore<K, V> {
             bus: parts.bus,
             router: parts.router,
             state: parts.state,
+            standbys: parts.standbys,
             store: store.to_string(),
+            changelog: def
+                .logging
+                .then(|| def.changelog_topic(parts.application_id)),
             subtopology,
             key_serde: key_serde.clone(),
             value_serde: value_serde.clone(),
@@ -626,6 +519,19 @@ impl<K: 'static, V: 'static> TypedStore<K, V> {
     }
 }
 
+/// A value that may come from a standby copy ([`KeyValueQuery::get_stale`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale<T> {
+    /// What was read.
+    pub value: T,
+    /// Read from this instance's standby copy, not the active task.
+    pub standby: bool,
+    /// For a standby read: how many changelog offsets the copy is behind
+    /// the changelog's end (a transaction marker counts as one); `None`
+    /// when read from the active task or the end is unknown.
+    pub lag_records: Option<i64>,
+}
+
 /// Read-only, typed access to key-value store `store` across this
 /// instance's active tasks; from [`crate::runtime::KafkaStreams::key_value_store`].
 pub struct KeyValueQuery<K, V>(TypedStore<K, V>);
@@ -665,6 +571,43 @@ impl<K: 'static, V: 'static> KeyValueQuery<K, V> {
             .0
             .ask_task(task, StoreRead::Get(self.0.key_bytes(key)?))?;
         Ok(self.typed(merged.entries)?.pop().map(|(_, v)| v))
+    }
+
+    /// As [`KeyValueQuery::get`], but when the key's task cannot answer
+    /// here (it runs elsewhere, restores, or moves) and this instance keeps
+    /// a standby copy of it, the value comes from that copy: an older
+    /// committed value, with [`Stale::lag_records`] saying how far behind.
+    pub fn get_stale(&self, key: &K) -> Result<Stale<Option<V>>, QueryError> {
+        let error = match self.get(key) {
+            Ok(value) => {
+                return Ok(Stale {
+                    value,
+                    standby: false,
+                    lag_records: None,
+                });
+            }
+            Err(e @ (QueryError::NotLocal { .. } | QueryError::Unavailable { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        let task = self.0.task_of(key)?;
+        let read = StoreRead::Get(self.0.key_bytes(key)?);
+        let Some((found, applied)) = self.0.standbys.read(task, &self.0.store, &read) else {
+            return Err(error);
+        };
+        let found = found.map_err(|e| QueryError::Store {
+            store: self.0.store.clone(),
+            message: e.to_string(),
+        })?;
+        let lag_records = self
+            .0
+            .changelog
+            .as_deref()
+            .and_then(|topic| self.0.router.standby_lag(topic, task.partition, applied));
+        Ok(Stale {
+            value: self.typed(found.entries)?.pop().map(|(_, v)| v),
+            standby: true,
+            lag_records,
+        })
     }
 
     fn scan(&self, read: StoreRead) -> Result<Vec<(K, V)>, QueryError> {

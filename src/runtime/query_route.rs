@@ -169,6 +169,19 @@ impl Router {
             .map_err(|e| e.to_string())
     }
 
+    /// How far a standby copy that applied changelog offset `applied` is
+    /// behind the end of `topic` partition `partition`, in offsets (a
+    /// transaction marker counts as one); `None` when the end is unknown.
+    pub(crate) fn standby_lag(
+        &self,
+        topic: &str,
+        partition: i32,
+        applied: Option<i64>,
+    ) -> Option<i64> {
+        let end = self.end_offset(topic, partition).ok()?;
+        Some((end - applied.map_or(0, |a| a + 1)).max(0))
+    }
+
     /// The instance that runs `task`, if any does now.
     pub(crate) fn owner(&self, task: TaskId) -> Result<Option<InstanceInfo>, String> {
         Ok(self

@@ -31,7 +31,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::query::{QueryBus, StoreRead};
+use super::query::QueryBus;
+use super::query_read::StoreRead;
 use super::{AppState, Router, StateCell};
 use crate::processor::TaskId;
 use crate::topology::Topology;
@@ -423,7 +424,7 @@ impl StoreService {
         &self,
         asked: &Asked<'_>,
         entries: Vec<(Vec<u8>, Vec<u8>)>,
-        windows: Vec<super::query::WindowEntry>,
+        windows: Vec<super::query_read::WindowEntry>,
         lag: Option<Option<i64>>,
     ) -> Answer {
         let Asked {
@@ -483,11 +484,9 @@ impl StoreService {
             Ok(found) => found,
             Err(e) => return Some(Answer::error(503, format!("reading the standby copy: {e}"))),
         };
-        // Offsets behind the end of the changelog (a transaction marker
-        // counts as one).
         let lag = asked.info.changelog.as_deref().and_then(|topic| {
-            let end = self.router.end_offset(topic, asked.task.partition).ok()?;
-            Some((end - applied.map_or(0, |a| a + 1)).max(0))
+            self.router
+                .standby_lag(topic, asked.task.partition, applied)
         });
         Some(self.found(asked, found.entries, found.windows, Some(lag)))
     }

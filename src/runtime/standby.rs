@@ -151,14 +151,14 @@ impl StandbyRegistry {
         &self,
         id: TaskId,
         store: &str,
-        read: &super::query::StoreRead,
+        read: &super::query_read::StoreRead,
     ) -> Option<(
-        Result<super::query::Found, crate::state::StoreError>,
+        Result<super::query_read::Found, crate::state::StoreError>,
         Option<i64>,
     )> {
         let registry = self.lock();
         let standby = registry.standby.get(&id)?;
-        let found = super::query::read_task(&standby.task, store, read)?;
+        let found = super::query_read::read_task(&standby.task, store, read)?;
         Some((found, standby.task.store_committed_offset(store)))
     }
 
