@@ -265,3 +265,112 @@ fn stale_reads_come_from_the_standby_copy() {
         assert!(streams.close(Duration::from_secs(30)));
     }
 }
+
+/// Window and session stores through the library on a running instance:
+/// a key's windows (`WindowQuery::fetch`, `fetch_all`) and its sessions
+/// (`SessionQuery::fetch`) hold what was counted; kinds are checked.
+#[test]
+fn window_and_session_stores_read_their_windows() {
+    use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+    use weir::windows::{SessionWindows, TimeWindows};
+    let _serial = serial();
+    let app = common::unique_topic("query-windowed");
+    let (windows_in, sessions_in) = (format!("{app}-w"), format!("{app}-s"));
+    let (windows_out, sessions_out) = (format!("{app}-wo"), format!("{app}-so"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[
+            (&windows_in, 2),
+            (&sessions_in, 2),
+            (&windows_out, 2),
+            (&sessions_out, 2),
+        ]));
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>(&windows_in, Consumed::new())
+        .group_by_key(Grouped::new())
+        .windowed_by(
+            TimeWindows::of_size_with_grace(Duration::from_secs(3600), Duration::ZERO).unwrap(),
+        )
+        .count(Materialized::as_("per-hour"))
+        .to_stream()
+        .to(&windows_out, Produced::new());
+    builder
+        .stream::<String, String>(&sessions_in, Consumed::new())
+        .group_by_key(Grouped::new())
+        .windowed_by_session(
+            SessionWindows::with_inactivity_gap_and_grace(
+                Duration::from_millis(500),
+                Duration::ZERO,
+            )
+            .unwrap(),
+        )
+        .count(Materialized::as_("sessions").with_retention(Duration::from_secs(3600)))
+        .to_stream()
+        .to(&sessions_out, Produced::new());
+    let state = tempfile::tempdir().unwrap();
+    let config = StreamsConfig::from_pairs([
+        ("application_id", app.as_str()),
+        ("bootstrap_servers", &common::bootstrap()),
+        ("state_dir", &state.path().display().to_string()),
+        ("processing_guarantee", "exactly_once_v2"),
+    ])
+    .unwrap();
+    let mut streams = KafkaStreams::new(builder.build().unwrap(), config).unwrap();
+    assert!(matches!(
+        streams.window_store::<String, i64>("sessions"),
+        Err(QueryError::WrongKind { .. })
+    ));
+    let windows = streams.window_store::<String, i64>("per-hour").unwrap();
+    let sessions = streams.session_store::<String, i64>("sessions").unwrap();
+    streams.start().unwrap();
+
+    let record = |key: &str| (Some(key.as_bytes().to_vec()), b"v".to_vec());
+    // "a": two records together, then one more after the session gap.
+    common::produce_batch(&windows_in, &[record("a"), record("a"), record("b")]);
+    common::produce_batch(&sessions_in, &[record("a"), record("a"), record("b")]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    common::produce_batch(&windows_in, &[record("a")]);
+    common::produce_batch(&sessions_in, &[record("a")]);
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (a_windows, a_sessions) = loop {
+        let a_windows = windows.fetch(&"a".to_string(), 0, i64::MAX);
+        let a_sessions = sessions.fetch(&"a".to_string());
+        let total: i64 = a_windows
+            .as_ref()
+            .map_or(0, |w| w.iter().map(|(_, c)| c).sum());
+        let counts: Vec<i64> = a_sessions
+            .as_ref()
+            .map(|s| s.iter().map(|(_, _, c)| *c).collect())
+            .unwrap_or_default();
+        if total == 3 && counts == [2, 1] {
+            break (a_windows.unwrap(), a_sessions.unwrap());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "windows of a: {a_windows:?}, sessions of a: {a_sessions:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    for (start, _) in &a_windows {
+        assert_eq!(start % 3_600_000, 0, "hour windows start on the hour");
+    }
+    let (first, second) = (a_sessions[0], a_sessions[1]);
+    assert!(first.1 < second.0, "two sessions, apart: {a_sessions:?}");
+    assert!(
+        second.0 - first.1 >= 500,
+        "split by the 500 ms gap: {a_sessions:?}"
+    );
+    let all = windows.fetch_all(0, i64::MAX).unwrap();
+    let per_key: BTreeMap<String, i64> = all.iter().fold(BTreeMap::new(), |mut m, (k, _, c)| {
+        *m.entry(k.clone()).or_default() += c;
+        m
+    });
+    assert_eq!(per_key, BTreeMap::from([("a".into(), 3), ("b".into(), 1)]));
+    assert!(
+        windows.fetch(&"a".to_string(), 0, 0).unwrap().is_empty(),
+        "no window starts at 0"
+    );
+    assert!(streams.close(Duration::from_secs(30)));
+}

@@ -199,7 +199,7 @@ fn poll<'c>(
     };
     state.batch.clear();
     state.poll_started = Instant::now();
-    let mut next = first_poll(env, consumer, timeout, index);
+    let mut next = consumer.poll(timeout);
     while let Some(polled) = next {
         match polled {
             Ok(message) => state.batch.push(message),
@@ -214,31 +214,6 @@ fn poll<'c>(
         next = consumer.poll(Duration::ZERO);
     }
     Ok(())
-}
-
-/// How often a waiting poll looks for interactive queries.
-const QUERY_POLL_SLICE: Duration = Duration::from_millis(5);
-
-/// Waits up to `timeout` for the first record, in slices of
-/// [`QUERY_POLL_SLICE`], and returns early (with nothing) once a query
-/// waits for this thread: an idle thread answers queries within a slice,
-/// not a whole `poll_ms`. (librdkafka's poll cannot be woken from another
-/// thread through rdkafka: its poll loop waits out the timeout.)
-fn first_poll<'c>(
-    env: &ThreadEnv,
-    consumer: &'c BaseConsumer<RebalanceContext>,
-    timeout: Duration,
-    index: usize,
-) -> Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'c>>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let slice = left.min(QUERY_POLL_SLICE);
-        let polled = consumer.poll(slice);
-        if polled.is_some() || left <= slice || env.queries.has_pending(index) {
-            return polled;
-        }
-    }
 }
 
 /// Moves the polled batch into the per-partition buffers.
