@@ -365,7 +365,12 @@ impl StoreService {
             return self.found(&asked, merged.entries, merged.windows, None);
         }
         // Not answerable here from the active task.
-        if stale && let Some(answer) = self.standby_answer(&asked, &read) {
+        // A standby copy here answers a stale request, unless it cannot
+        // tell (still catching up): then the owner or another copy may.
+        if stale
+            && let Some(answer) = self.standby_answer(&asked, &read)
+            && answer.status != 503
+        {
             return answer;
         }
         if merged.restoring.contains(&task) {
@@ -409,10 +414,14 @@ impl StoreService {
             Err(_) => Vec::new(),
         };
         for endpoint in standbys {
-            if let Ok((200, body)) = http_get(&endpoint, &path)
+            if let Ok((status @ (200 | 404), body)) = http_get(&endpoint, &path)
                 && let Ok(body) = serde_json::from_str(&body)
             {
-                return Answer::ok(body);
+                return Answer {
+                    status,
+                    body,
+                    retry_after: false,
+                };
             }
         }
         answer
@@ -455,6 +464,23 @@ impl StoreService {
                     json!({ "store": name, "key": text, "value": render(info.value_type, &value) })
                 }
                 None => {
+                    // A standby copy still catching up cannot say a key is
+                    // absent: the key may come later in the changelog.
+                    // Caught up means at most the closing transaction
+                    // marker behind.
+                    if let Some(lag) = lag
+                        && lag.is_none_or(|l| l > 1)
+                    {
+                        let mut answer = Answer::error(
+                            503,
+                            format!(
+                                "key {text:?} is not in the standby copy of task {task}, which is behind the changelog ({lag:?} offsets)"
+                            ),
+                        );
+                        answer.body["standby"] = json!(true);
+                        answer.body["lag_records"] = json!(lag);
+                        return answer;
+                    }
                     let mut answer = Answer::error(
                         404,
                         format!("key {text:?} is not in store {name:?} (task {task})"),
