@@ -1,5 +1,6 @@
 //! Describing the consumer group: each member's client id and assignment,
-//! under either group protocol.
+//! under either group protocol, and the application's instances they make
+//! up (standby placement and query routing read both).
 //!
 //! The classic `DescribeGroups` request (rdkafka's `fetch_group_list`)
 //! lists no members of a group that runs KIP-848's `consumer` protocol;
@@ -10,11 +11,14 @@
 //! consumer's member epoch ([`member_epoch`]), which rdkafka does not
 //! expose either. These are the only uses of librdkafka's C API in Weir.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{CStr, CString, c_char};
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
 use rdkafka::client::{Client, ClientContext};
+
+use crate::processor::TaskId;
 
 /// The member epoch of `consumer` in its group (the generation under the
 /// classic protocol): positive once it joined, 0 or -1 before.
@@ -51,6 +55,45 @@ pub(crate) fn parse_client_id<'a>(
     let (process, thread) = rest.rsplit_once('-')?;
     thread.parse::<usize>().ok()?;
     Some((process, endpoint))
+}
+
+/// One instance of the application, from its stream threads' members.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GroupInstance {
+    /// Its advertised endpoint, when its client ids carry one.
+    pub(crate) endpoint: Option<String>,
+    /// The tasks its stream threads own now.
+    pub(crate) tasks: BTreeSet<TaskId>,
+}
+
+/// The group's members by instance (the process id in a stream thread's
+/// `client.id`; other clients are left out): each one's endpoint and the
+/// tasks its members own, a task being `(sub-topology, partition)` of an
+/// assigned topic that `subtopology_of_topic` knows.
+pub(crate) fn instances(
+    members: Vec<GroupMember>,
+    application_id: &str,
+    subtopology_of_topic: &HashMap<String, u32>,
+) -> BTreeMap<String, GroupInstance> {
+    let mut instances: BTreeMap<String, GroupInstance> = BTreeMap::new();
+    for member in members {
+        let Some((process, endpoint)) = parse_client_id(&member.client_id, application_id) else {
+            continue;
+        };
+        let instance = instances.entry(process.to_string()).or_default();
+        if let Some(endpoint) = endpoint {
+            instance.endpoint = Some(endpoint.to_string());
+        }
+        for (topic, partition) in member.assignment {
+            if let Some(&subtopology) = subtopology_of_topic.get(&topic) {
+                instance.tasks.insert(TaskId {
+                    subtopology,
+                    partition,
+                });
+            }
+        }
+    }
+    instances
 }
 
 /// One member of the group.
@@ -195,5 +238,29 @@ pub(crate) fn describe_group<C: ClientContext>(
             }
         }
         Ok(members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_client_id;
+
+    fn process_of(client_id: &str, application_id: &str) -> Option<String> {
+        parse_client_id(client_id, application_id).map(|(process, _)| process.to_string())
+    }
+
+    #[test]
+    fn process_ids_come_from_client_ids() {
+        assert_eq!(
+            process_of("wc-1a2b-c3-0-consumer", "wc").as_deref(),
+            Some("1a2b-c3")
+        );
+        assert_eq!(process_of("other-1a2b-0-consumer", "wc"), None);
+        assert_eq!(process_of("wc-1a2b-x-consumer", "wc"), None);
+        assert_eq!(
+            process_of("wc-1a2b-0-consumer@10.0.0.7:9190", "wc").as_deref(),
+            Some("1a2b"),
+            "an advertised endpoint follows the id"
+        );
     }
 }

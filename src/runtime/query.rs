@@ -176,13 +176,6 @@ impl QueryBus {
         }
     }
 
-    /// Whether queries wait for thread `index`.
-    pub(crate) fn has_pending(&self, index: usize) -> bool {
-        self.inboxes
-            .get(index)
-            .is_some_and(|inbox| !inbox.lock().expect("query bus lock").is_empty())
-    }
-
     /// The partition count of `subtopology`, once started.
     pub(crate) fn partitions(&self, subtopology: u32) -> Option<i32> {
         let partitions = self.partitions.lock().expect("query bus lock");

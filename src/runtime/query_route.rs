@@ -13,7 +13,7 @@
 //! Standby tasks are computed from the active ones with the same
 //! placement the standby threads use.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,13 +50,7 @@ pub(crate) struct Router {
 
 impl Router {
     pub(crate) fn new(config: StreamsConfig, topology: &Topology) -> Self {
-        let logged = topology
-            .subtopologies
-            .iter()
-            .enumerate()
-            .filter(|(_, sub)| sub.stores.iter().any(|&s| topology.stores[s].logging))
-            .map(|(i, _)| i as u32)
-            .collect();
+        let logged = topology.logged_subtopologies();
         Router {
             config,
             subtopology_of_topic: Mutex::new(HashMap::new()),
@@ -106,55 +100,23 @@ impl Router {
             .lock()
             .expect("router lock")
             .clone();
-        let mut by_process: BTreeMap<String, InstanceInfo> = BTreeMap::new();
-        for member in members {
-            let Some((process, endpoint)) =
-                super::group_describe::parse_client_id(&member.client_id, app)
-            else {
-                continue;
-            };
-            let info = by_process
-                .entry(process.to_string())
-                .or_insert_with(|| InstanceInfo {
-                    process_id: process.to_string(),
-                    endpoint: None,
-                    tasks: BTreeSet::new(),
-                    standby_tasks: BTreeSet::new(),
-                });
-            if let Some(endpoint) = endpoint {
-                info.endpoint = Some(endpoint.to_string());
-            }
-            for (topic, partition) in member.assignment {
-                if let Some(&subtopology) = topics.get(&topic) {
-                    info.tasks.insert(TaskId {
-                        subtopology,
-                        partition,
-                    });
-                }
-            }
-        }
-        if self.config.num_standby_replicas > 0 {
-            let owners: BTreeMap<String, BTreeSet<TaskId>> = by_process
-                .iter()
-                .map(|(p, info)| {
-                    let logged = info
-                        .tasks
-                        .iter()
-                        .filter(|t| self.logged.contains(&t.subtopology))
-                        .copied()
-                        .collect();
-                    (p.clone(), logged)
-                })
-                .collect();
-            for (process, info) in by_process.iter_mut() {
-                info.standby_tasks = super::standby::standby_tasks(
-                    &owners,
-                    process,
-                    self.config.num_standby_replicas,
-                );
-            }
-        }
-        let instances = Arc::new(by_process.into_values().collect::<Vec<_>>());
+        let by_process = super::group_describe::instances(members, app, &topics);
+        let owners = super::standby::logged_owners(&by_process, &self.logged);
+        let replicas = self.config.num_standby_replicas;
+        let instances = by_process
+            .into_iter()
+            .map(|(process, instance)| InstanceInfo {
+                standby_tasks: if replicas > 0 {
+                    super::standby::standby_tasks(&owners, &process, replicas)
+                } else {
+                    BTreeSet::new()
+                },
+                process_id: process,
+                endpoint: instance.endpoint,
+                tasks: instance.tasks,
+            })
+            .collect::<Vec<_>>();
+        let instances = Arc::new(instances);
         *self.cache.lock().expect("router lock") = Some((Instant::now(), instances.clone()));
         Ok(instances)
     }

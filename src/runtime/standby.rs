@@ -59,7 +59,7 @@ use super::changelog::{
     RestoreTarget,
 };
 use super::end_of_partition::RestoreConsumer;
-use super::group_describe::describe_group;
+use super::group_describe::{GroupInstance, describe_group, instances};
 use super::stores::InstanceState;
 use super::topics::TopicLayout;
 use crate::config::StreamsConfig;
@@ -206,10 +206,24 @@ impl RestoreTarget for BTreeMap<TaskId, StandbyTask> {
     }
 }
 
-/// The process id in a member's `client.id`.
-fn process_of(client_id: &str, application_id: &str) -> Option<String> {
-    super::group_describe::parse_client_id(client_id, application_id)
-        .map(|(process, _)| process.to_string())
+/// Each instance's active tasks of `logged` sub-topologies: what standby
+/// placement ([`standby_tasks`]) goes by.
+pub(crate) fn logged_owners(
+    instances: &BTreeMap<String, GroupInstance>,
+    logged: &BTreeSet<u32>,
+) -> BTreeMap<String, BTreeSet<TaskId>> {
+    instances
+        .iter()
+        .map(|(process, instance)| {
+            let tasks = instance
+                .tasks
+                .iter()
+                .filter(|t| logged.contains(&t.subtopology))
+                .copied()
+                .collect();
+            (process.clone(), tasks)
+        })
+        .collect()
 }
 
 /// The tasks `me` keeps as standbys, given each instance's active tasks.
@@ -255,14 +269,7 @@ pub(crate) fn run(
     let consumer: Arc<RestoreConsumer> = Arc::new(super::clients::restore_consumer(config)?);
     registry.lock().metrics = Some(env.metrics.clone());
     let mut reader = ChangelogReader::new(KafkaChangelog::new(consumer.clone()), ReadMode::Follow);
-    let logged: BTreeSet<u32> = env
-        .topology
-        .subtopologies
-        .iter()
-        .enumerate()
-        .filter(|(_, sub)| sub.stores.iter().any(|&s| env.topology.stores[s].logging))
-        .map(|(i, _)| i as u32)
-        .collect();
+    let logged = env.topology.logged_subtopologies();
     let mut last_placement: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
     let mut assigned: BTreeSet<TaskId> = BTreeSet::new();
@@ -319,25 +326,9 @@ fn desired_standbys(
 ) -> Result<Placement, String> {
     let app = &env.config.application_id;
     let members = describe_group(consumer.client(), app, Duration::from_secs(5))?;
-    let mut owners: BTreeMap<String, BTreeSet<TaskId>> = BTreeMap::new();
+    let instances = instances(members, app, &env.layout.subtopology_of_topic);
+    let mut owners = logged_owners(&instances, logged);
     owners.entry(me.to_string()).or_default();
-    for member in members {
-        let Some(process) = process_of(&member.client_id, app) else {
-            continue;
-        };
-        let tasks = owners.entry(process).or_default();
-        for (topic, partition) in member.assignment {
-            let Some(&sub) = env.layout.subtopology_of_topic.get(&topic) else {
-                continue;
-            };
-            if logged.contains(&sub) {
-                tasks.insert(TaskId {
-                    subtopology: sub,
-                    partition,
-                });
-            }
-        }
-    }
     tracing::debug!(?owners, "the group's active tasks, for standby placement");
     Ok(Placement {
         standbys: standby_tasks(&owners, me, env.config.num_standby_replicas),
@@ -552,21 +543,6 @@ mod tests {
             subtopology: sub,
             partition,
         }
-    }
-
-    #[test]
-    fn process_ids_come_from_client_ids() {
-        assert_eq!(
-            process_of("wc-1a2b-c3-0-consumer", "wc").as_deref(),
-            Some("1a2b-c3")
-        );
-        assert_eq!(process_of("other-1a2b-0-consumer", "wc"), None);
-        assert_eq!(process_of("wc-1a2b-x-consumer", "wc"), None);
-        assert_eq!(
-            process_of("wc-1a2b-0-consumer@10.0.0.7:9190", "wc").as_deref(),
-            Some("1a2b"),
-            "an advertised endpoint follows the id"
-        );
     }
 
     #[test]

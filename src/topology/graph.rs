@@ -164,6 +164,17 @@ impl Topology {
         self.subtopologies.len() as u32
     }
 
+    /// The sub-topologies with a logged store (the ones standby replicas
+    /// follow).
+    pub(crate) fn logged_subtopologies(&self) -> std::collections::BTreeSet<u32> {
+        self.subtopologies
+            .iter()
+            .enumerate()
+            .filter(|(_, sub)| sub.stores.iter().any(|&s| self.stores[s].logging))
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+
     /// The topics sub-topology `subtopology` reads, as full names for `application_id`.
     pub fn source_topics(&self, subtopology: u32, application_id: &str) -> Vec<String> {
         let Some(sub) = self.subtopologies.get(subtopology as usize) else {

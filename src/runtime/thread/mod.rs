@@ -172,7 +172,7 @@ impl crate::runtime::query::DirectReads for DirectQueries {
         if !t.reads_committed_state() {
             return Some(pending);
         }
-        crate::runtime::query::answer(pending, t.tasks.running(), t.tasks.restoring_tasks());
+        t.answer_query(pending);
         None
     }
 }
@@ -274,6 +274,11 @@ impl StreamThread {
     /// committed state only).
     fn reads_committed_state(&self) -> bool {
         !(self.env.config.is_exactly_once() && self.tasks.commit_needed())
+    }
+
+    /// Answers `pending` from this thread's tasks.
+    fn answer_query(&self, pending: crate::runtime::query::Pending) {
+        crate::runtime::query::answer(pending, self.tasks.running(), self.tasks.restoring_tasks());
     }
 
     /// Moves to `next`, keeping the application's rebalancing count.

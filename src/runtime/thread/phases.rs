@@ -168,11 +168,8 @@ fn answer_queries(env: &ThreadEnv, t: &StreamThread) {
     if !t.reads_committed_state() {
         return;
     }
-    if !env.queries.has_pending(t.index) {
-        return;
-    }
     for pending in env.queries.take(t.index) {
-        crate::runtime::query::answer(pending, t.tasks.running(), t.tasks.restoring_tasks());
+        t.answer_query(pending);
     }
 }
 
