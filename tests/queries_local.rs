@@ -20,32 +20,61 @@ use weir::topologies::word_count;
 
 const SENTENCES: u64 = 3_000;
 
+/// Word count on its own topics (4 partitions), run in this process.
+struct WordCount {
+    app: String,
+    input: String,
+    output: String,
+    params: weir::topologies::Params,
+}
+
+impl WordCount {
+    fn new(prefix: &str) -> Self {
+        let app = common::unique_topic(prefix);
+        let (input, output) = (format!("{app}-in"), format!("{app}-out"));
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
+        let params = word_count::WORD_COUNT
+            .params(&BTreeMap::from([
+                ("input_topic".to_string(), input.clone()),
+                ("output_topic".to_string(), output.clone()),
+            ]))
+            .unwrap();
+        WordCount {
+            app,
+            input,
+            output,
+            params,
+        }
+    }
+
+    /// An instance (not started) under exactly-once with its state in
+    /// `state` and the `extra` settings.
+    fn instance(&self, state: &std::path::Path, extra: &[(&str, &str)]) -> KafkaStreams {
+        let (state, bootstrap) = (state.display().to_string(), common::bootstrap());
+        let mut pairs = vec![
+            ("application_id", self.app.as_str()),
+            ("bootstrap_servers", bootstrap.as_str()),
+            ("state_dir", state.as_str()),
+            ("processing_guarantee", "exactly_once_v2"),
+        ];
+        pairs.extend_from_slice(extra);
+        let config = StreamsConfig::from_pairs(pairs).unwrap();
+        KafkaStreams::new(word_count::build(&self.params).unwrap(), config).unwrap()
+    }
+}
+
 #[test]
 fn every_word_reads_its_committed_count() {
     let _serial = serial();
-    let app = common::unique_topic("query-local");
-    let (input, output) = (format!("{app}-in"), format!("{app}-out"));
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
-    let params = word_count::WORD_COUNT
-        .params(&BTreeMap::from([
-            ("input_topic".to_string(), input.clone()),
-            ("output_topic".to_string(), output.clone()),
-        ]))
-        .unwrap();
-    let topology = word_count::build(&params).unwrap();
+    let wc = WordCount::new("query-local");
+    let (input, output) = (&wc.input, &wc.output);
     let state = tempfile::tempdir().unwrap();
-    let config = StreamsConfig::from_pairs([
-        ("application_id", app.as_str()),
-        ("bootstrap_servers", &common::bootstrap()),
-        ("state_dir", &state.path().display().to_string()),
-        ("processing_guarantee", "exactly_once_v2"),
-        ("num_stream_threads", "2"),
-        ("http_bind", "127.0.0.1:0"),
-    ])
-    .unwrap();
-    let mut streams = KafkaStreams::new(topology, config).unwrap();
+    let mut streams = wc.instance(
+        state.path(),
+        &[("num_stream_threads", "2"), ("http_bind", "127.0.0.1:0")],
+    );
 
     // Before the start: typed access is checked, reads are unavailable.
     let counts = streams.key_value_store::<String, i64>("counts").unwrap();
@@ -73,11 +102,11 @@ fn every_word_reads_its_committed_count() {
     }
 
     streams.start().unwrap();
-    common::produce_samples(&input, word_count::sample, 0, SENTENCES);
+    common::produce_samples(input, word_count::sample, 0, SENTENCES);
     let truth = word_count_truth(SENTENCES);
     let deadline = Instant::now() + Duration::from_secs(180);
     let topic = loop {
-        let topic = output_counts(&output);
+        let topic = output_counts(output);
         if topic == truth || Instant::now() > deadline {
             break topic;
         }
@@ -194,36 +223,18 @@ fn every_word_reads_its_committed_count() {
 #[test]
 fn stale_reads_come_from_the_standby_copy() {
     let _serial = serial();
-    let app = common::unique_topic("query-stale");
-    let (input, output) = (format!("{app}-in"), format!("{app}-out"));
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(common::create_topics(&[(&input, 4), (&output, 4)]));
-    let params = word_count::WORD_COUNT
-        .params(&BTreeMap::from([
-            ("input_topic".to_string(), input.clone()),
-            ("output_topic".to_string(), output.clone()),
-        ]))
-        .unwrap();
+    let wc = WordCount::new("query-stale");
+    let (input, output) = (&wc.input, &wc.output);
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut apps: Vec<KafkaStreams> = dirs
         .iter()
         .map(|dir| {
-            let config = StreamsConfig::from_pairs([
-                ("application_id", app.as_str()),
-                ("bootstrap_servers", &common::bootstrap()),
-                ("state_dir", &dir.path().display().to_string()),
-                ("processing_guarantee", "exactly_once_v2"),
-                ("num_standby_replicas", "1"),
-            ])
-            .unwrap();
-            let mut streams =
-                KafkaStreams::new(word_count::build(&params).unwrap(), config).unwrap();
+            let mut streams = wc.instance(dir.path(), &[("num_standby_replicas", "1")]);
             streams.start().unwrap();
             streams
         })
         .collect();
-    common::produce_samples(&input, word_count::sample, 0, SENTENCES);
+    common::produce_samples(input, word_count::sample, 0, SENTENCES);
     let truth = word_count_truth(SENTENCES);
     let counts = apps[0].key_value_store::<String, i64>("counts").unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -239,7 +250,7 @@ fn stale_reads_come_from_the_standby_copy() {
             .iter()
             .filter_map(|(_, a)| a.as_ref().ok().filter(|s| s.standby))
             .collect();
-        if exact && !standby.is_empty() && output_counts(&output) == truth {
+        if exact && !standby.is_empty() && output_counts(output) == truth {
             let lags: Vec<Option<i64>> = standby.iter().map(|s| s.lag_records).collect();
             break (standby.len(), lags);
         }
