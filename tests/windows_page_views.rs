@@ -111,3 +111,22 @@ fn a_bad_grace_parameter_is_named() {
         "config key 'topology.grace_ms' = 'ten': it must be a whole number of milliseconds >= 0, e.g. 10000"
     );
 }
+
+#[test]
+fn a_retention_shorter_than_size_plus_grace_is_refused() {
+    let shipped = weir::topologies::find("page-views").unwrap();
+    let given = [
+        ("grace_ms".to_string(), "10000".to_string()),
+        ("retention_ms".to_string(), "30000".to_string()),
+    ]
+    .into();
+    let params = shipped.params(&given).unwrap();
+    let Err(err) = (shipped.build)(&params) else {
+        panic!("retention_ms=30000 was accepted");
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("page-views-per-minute") && message.contains("70000"),
+        "{message}"
+    );
+}

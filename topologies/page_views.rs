@@ -8,7 +8,9 @@
 //!   `[start, start + 60 000)` aligned to the epoch, accepting records up to
 //!   `grace_ms` out of order (window store `page-views-per-minute`, changelog
 //!   `<application_id>-page-views-per-minute-changelog`; trigger bookkeeping
-//!   `page-views-per-minute-trigger`);
+//!   `page-views-per-minute-trigger`); the store keeps windows for
+//!   `retention_ms` of stream time (default one hour), so the last hour's
+//!   counts can be queried (`/stores/page-views-per-minute/keys/{page}/windows`);
 //! * emits **once per page and minute**, when the window closes (stream time
 //!   ≥ window end + grace), to `page-views-per-minute` (key: Kafka Streams'
 //!   time-windowed key = the page as UTF-8 followed by the window start as a
@@ -80,6 +82,12 @@ pub const PAGE_VIEWS: ShippedTopology = ShippedTopology {
             default: "10000",
             doc: "how late (ms of event time) a view may arrive and still count",
         },
+        Param {
+            name: "retention_ms",
+            default: "3600000",
+            doc: "how long (ms of event time) windows stay in the store for queries; \
+                  at least 60000 + grace_ms",
+        },
     ],
     input_params: &["input_topic"],
     output_params: &["output_topic", "late_topic"],
@@ -97,8 +105,9 @@ pub struct PageView {
     pub ts: i64,
 }
 
-/// Builds the page-views topology; a `grace_ms` that is not a non-negative
-/// integer is an error naming the parameter.
+/// Builds the page-views topology; a `grace_ms` or `retention_ms` that is
+/// not a non-negative integer is an error naming the parameter, and a
+/// retention shorter than window size + grace is an error naming the store.
 ///
 /// ```
 /// let pv = weir::topologies::find("page-views").unwrap();
@@ -107,15 +116,18 @@ pub struct PageView {
 /// assert_eq!(topology.late_topics(), ["page-views-late"]);
 /// ```
 pub fn build(params: &Params) -> Result<Topology, TopologyError> {
-    let grace_ms: u64 =
+    let millis = |name: &'static str| -> Result<u64, TopologyError> {
         params
-            .get("grace_ms")
+            .get(name)
             .parse()
             .map_err(|_| TopologyError::InvalidParameter {
-                name: "grace_ms",
-                value: params.get("grace_ms").to_string(),
+                name,
+                value: params.get(name).to_string(),
                 requirement: "it must be a whole number of milliseconds >= 0, e.g. 10000",
-            })?;
+            })
+    };
+    let grace_ms = millis("grace_ms")?;
+    let retention_ms = millis("retention_ms")?;
     let windows = TimeWindows::of_size_with_grace(
         Duration::from_millis(WINDOW_MS as u64),
         Duration::from_millis(grace_ms),
@@ -135,7 +147,7 @@ pub fn build(params: &Params) -> Result<Topology, TopologyError> {
         .windowed_by(windows)
         .emit(EmitStrategy::OnWindowClose)
         .late_records_to(params.get("late_topic"))
-        .count(Materialized::as_(STORE))
+        .count(Materialized::as_(STORE).with_retention(Duration::from_millis(retention_ms)))
         .to_stream()
         .to(params.get("output_topic"), Produced::new());
     builder.build()
