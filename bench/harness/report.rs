@@ -178,7 +178,8 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     )?;
     writeln!(
         w,
-        "| broker | Apache Kafka 4.1.1, single node KRaft (`scripts/kafka`), `{}` |",
+        "| broker | Apache Kafka {}, single node KRaft (`scripts/kafka`), `{}` |",
+        std::env::var("KAFKA_VERSION").unwrap_or_else(|_| "(version not given)".into()),
         s.bootstrap
     )?;
     writeln!(w)?;

@@ -87,7 +87,7 @@ use crate::config::StreamsConfig;
 pub const BOOTSTRAP_SERVERS_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
 
 /// The `apache/kafka` image tag a container runs.
-pub const KAFKA_IMAGE_TAG: &str = "4.1.1";
+pub const KAFKA_IMAGE_TAG: &str = "4.4.0";
 
 /// Where the broker of a [`TestBroker`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
