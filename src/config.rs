@@ -45,6 +45,7 @@ const KEYS: &[&str] = &[
     "group_protocol",
     "num_stream_threads",
     "num_standby_replicas",
+    "replication_factor",
     "processing_guarantee",
     "commit_interval_ms",
     "state_dir",
@@ -201,6 +202,10 @@ pub struct StreamsConfig {
     /// Warm copies kept of each stateful task on other instances (standby
     /// replicas). Default 0.
     pub num_standby_replicas: usize,
+    /// Replication factor of the internal topics Weir creates (changelogs,
+    /// repartition and late-records topics). `None` (the default, `-1` or
+    /// empty in settings): the broker's `default.replication.factor`.
+    pub replication_factor: Option<i16>,
     /// At-least-once (default, as Kafka Streams) or exactly-once v2.
     pub processing_guarantee: ProcessingGuarantee,
     /// How often tasks commit. Default: 100 ms under exactly-once, 30 s
@@ -275,6 +280,7 @@ impl StreamsConfig {
             group_protocol: GroupProtocol::Auto,
             num_stream_threads: 1,
             num_standby_replicas: 0,
+            replication_factor: None,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
             commit_interval_ms: None,
             state_dir: PathBuf::from("/tmp/weir"),
@@ -362,6 +368,7 @@ impl StreamsConfig {
             }
             "num_stream_threads" => self.num_stream_threads = parse(key, value)?,
             "num_standby_replicas" => self.num_standby_replicas = parse(key, value)?,
+            "replication_factor" => self.replication_factor = parse_replication(key, value)?,
             "processing_guarantee" => {
                 self.processing_guarantee = value.parse().map_err(|m| ConfigError::new(key, m))?
             }
@@ -566,6 +573,23 @@ fn parse_handler(key: &str, value: &str) -> Result<ErrorHandling, ConfigError> {
     }
 }
 
+/// A replication factor: `-1` or empty for the broker's default, else 1..=32767.
+fn parse_replication(key: &str, value: &str) -> Result<Option<i16>, ConfigError> {
+    match value.trim() {
+        "" | "-1" => Ok(None),
+        v => match v.parse::<i16>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(ConfigError::new(
+                key,
+                format!(
+                    "'{value}' is not a replication factor; give a whole number >= 1 \
+                     (at most the number of brokers), or -1 for the broker's default"
+                ),
+            )),
+        },
+    }
+}
+
 fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: fmt::Display,
@@ -578,6 +602,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replication_factor_is_the_brokers_unless_given() {
+        let mut c = StreamsConfig::new("app", "localhost:9092");
+        assert_eq!(c.replication_factor, None);
+        c.set("replication_factor", "3").unwrap();
+        assert_eq!(c.replication_factor, Some(3));
+        c.set("replication_factor", "-1").unwrap();
+        assert_eq!(c.replication_factor, None);
+        for bad in ["0", "-2", "three", "40000"] {
+            let e = c.set("replication_factor", bad).unwrap_err().to_string();
+            assert!(
+                e.contains("replication_factor") && e.contains("-1 for the broker's default"),
+                "{e}"
+            );
+        }
+    }
 
     fn base() -> Vec<(&'static str, &'static str)> {
         vec![

@@ -217,3 +217,30 @@ fn poison_record_under_log_and_fail_stops_with_its_coordinates() {
         "the error names topic/partition@offset: {log}"
     );
 }
+
+#[test]
+fn a_replication_factor_above_the_broker_count_stops_start_with_the_setting_named() {
+    let app_id = common::unique_topic("rf-too-high");
+    let (input, output) = (format!("{app_id}-lines"), format!("{app_id}-out"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 1), (&output, 1)]));
+    let shipped = weir::topologies::find("word-count").unwrap();
+    let given = [
+        ("input_topic".to_string(), input.clone()),
+        ("output_topic".to_string(), output.clone()),
+    ]
+    .into();
+    let topology = (shipped.build)(&shipped.params(&given).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&app_id, &common::bootstrap(), dir.path());
+    // The test broker is a single node.
+    c.set("replication_factor", "2").unwrap();
+    let mut app = KafkaStreams::new(topology, c).unwrap();
+    let err = app.start().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("creating topic '{app_id}-counts-"))
+            && err.contains("replication_factor must not exceed the number of brokers"),
+        "{err}"
+    );
+}

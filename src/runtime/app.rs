@@ -174,7 +174,11 @@ impl KafkaStreams {
                 source,
             })?;
         runtime.block_on(topics::create_internal_topics(
-            &admin, &metadata, &layout, &existing,
+            &admin,
+            &metadata,
+            &layout,
+            &existing,
+            config.replication_factor,
         ))?;
         let group_protocol =
             runtime.block_on(super::group_protocol::resolve(config, &admin, &metadata));

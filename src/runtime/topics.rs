@@ -230,6 +230,7 @@ pub(crate) async fn create_internal_topics(
     metadata_client: &BaseConsumer,
     layout: &TopicLayout,
     existing: &HashMap<String, i32>,
+    replication_factor: Option<i16>,
 ) -> Result<(), StreamsError> {
     // (topic, partitions, topic configs)
     type Wanted = (String, i32, Vec<(&'static str, String)>);
@@ -275,7 +276,11 @@ pub(crate) async fn create_internal_topics(
         .iter()
         .map(|(name, partitions, configs)| {
             configs.iter().fold(
-                NewTopic::new(name, *partitions, TopicReplication::Fixed(-1)),
+                NewTopic::new(
+                    name,
+                    *partitions,
+                    TopicReplication::Fixed(replication_factor.map_or(-1, i32::from)),
+                ),
                 |t, (k, v)| t.set(k, v),
             )
         })
@@ -290,8 +295,13 @@ pub(crate) async fn create_internal_topics(
             Ok(topic) => tracing::info!(topic, "created topic"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => {
+                let hint = if code == RDKafkaErrorCode::InvalidReplicationFactor {
+                    "; replication_factor must not exceed the number of brokers"
+                } else {
+                    ""
+                };
                 return Err(StreamsError::kafka(
-                    format!("creating topic '{topic}' (internal or late records)"),
+                    format!("creating topic '{topic}' (internal or late records){hint}"),
                     rdkafka::error::KafkaError::AdminOp(code),
                 ));
             }
