@@ -14,8 +14,9 @@ use super::TestBroker;
 const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl TestBroker {
-    /// Creates topics as (name, partitions) with replication factor 1 and
-    /// waits until every one shows all its partitions in the metadata. A
+    /// Creates topics as (name, partitions) with the broker's default
+    /// replication factor (`default.replication.factor`: 1 on a single
+    /// broker, 3 on `scripts/kafka cluster`) and waits until every one shows all its partitions in the metadata. A
     /// topic that already exists is fine.
     ///
     /// # Panics
@@ -24,7 +25,7 @@ impl TestBroker {
     pub fn create_topics(&self, topics: &[(&str, i32)]) {
         let new: Vec<NewTopic<'_>> = topics
             .iter()
-            .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
+            .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(-1)))
             .collect();
         let admin = self.admin();
         let options = AdminOptions::new().operation_timeout(Some(TOPIC_TIMEOUT));

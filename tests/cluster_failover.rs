@@ -1,0 +1,264 @@
+//! Broker failures on a real 3-broker cluster (`scripts/kafka cluster`,
+//! replication factor 3, `min.insync.replicas=2`) while three instances of
+//! word count run under exactly-once with `replication_factor=3`:
+//!
+//! 1. the leader of an input partition is killed (`kill -9`) and restarted;
+//! 2. the transaction coordinator of an instance's transactional id is
+//!    killed and restarted;
+//! 3. a broker is paused (SIGSTOP, a long GC pause) for 20 s, then resumed.
+//!
+//! Input is written between the faults. No instance exits; the counts read
+//! with `read_committed` equal the truth computed from the input, per word
+//! the committed counts only grow (never repeat or go backwards), and the
+//! changelog Weir created has three replicas.
+//!
+//! The test runs its own cluster on free ports, so the broker other tests
+//! share is never touched.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::counting::{Fixture, tail, wait_for_output, word_count_truth};
+use common::weir_app::WeirApp;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use weir::topologies::word_count;
+
+/// A cluster of this test's own, driven with `scripts/kafka cluster`.
+struct OwnCluster {
+    port: u16,
+}
+
+impl OwnCluster {
+    fn script(&self, args: &[&str]) -> String {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka");
+        let out = Command::new(script)
+            .arg("cluster")
+            .args(args)
+            .env("KAFKA_CLUSTER_PORT", self.port.to_string())
+            .output()
+            .expect("running scripts/kafka");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        print!("{stderr}");
+        assert!(
+            out.status.success(),
+            "scripts/kafka cluster {args:?} failed on port {}: {stderr}",
+            self.port
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    fn start_clean() -> OwnCluster {
+        let cluster = OwnCluster {
+            port: free_ports(6),
+        };
+        cluster.script(&["start", "--brokers", "3", "--clean"]);
+        cluster
+    }
+
+    /// `kill -9` of the broker with node id `node` (`scripts/kafka`
+    /// gives node K the id K).
+    fn kill(&self, node: i32) {
+        self.script(&["kill", &node.to_string()]);
+    }
+
+    /// Starts the broker with node id `node` again, its data kept.
+    fn restart(&self, node: i32) {
+        self.script(&["restart", &node.to_string()]);
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        self.script(&["stop"]);
+        let cache = std::env::var("WEIR_CACHE").map_or_else(
+            |_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/weir"),
+            PathBuf::from,
+        );
+        let _ = std::fs::remove_dir_all(cache.join(format!("cluster-{}", self.port)));
+    }
+}
+
+/// A port `p` with `p + 1 .. p + n` free too.
+fn free_ports(n: u16) -> u16 {
+    for _ in 0..200 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free local port");
+        if port < 65000
+            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no {n} consecutive free local ports");
+}
+
+/// The leader (node id) of `topic`'s `partition` and its replica count.
+fn leader(topic: &str, partition: i32) -> (i32, usize) {
+    let client: BaseConsumer = common::base_config().create().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(md) = client.fetch_metadata(Some(topic), Duration::from_secs(5))
+            && let Some(p) = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic)
+                .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
+            && p.leader() >= 0
+        {
+            return (p.leader(), p.replicas().len());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader for {topic}/{partition}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Java's `String.hashCode` (UTF-16 code units, wrapping).
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__transaction_state` partition of a transactional id (Kafka's
+/// `Utils.abs(hashCode) % partitions`; the cluster has 10).
+fn transaction_partition(transactional_id: &str) -> i32 {
+    let h = java_hash(transactional_id);
+    (if h == i32::MIN { 0 } else { h.abs() }) % 10
+}
+
+/// Every instance still runs (none exited because of a broker fault).
+fn all_running(apps: &mut [WeirApp]) {
+    for (i, app) in apps.iter_mut().enumerate() {
+        assert!(
+            app.is_running(),
+            "instance {i} exited during a broker fault; log:\n{}",
+            tail(&app.log_text())
+        );
+    }
+}
+
+/// Keeps checking that every instance runs for `d`.
+fn watch(apps: &mut [WeirApp], d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        all_running(apps);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
+    let cluster = OwnCluster::start_clean();
+    let bootstrap = cluster.script(&["bootstrap"]);
+    // The harness reads the broker address once, from here on the cluster's.
+    // SAFETY: this test binary has one test, and no other thread runs yet.
+    unsafe { std::env::set_var("KAFKA_BOOTSTRAP_SERVERS", &bootstrap) };
+    assert_eq!(common::bootstrap(), bootstrap);
+    assert_eq!(java_hash("abc"), 96354, "Java's String.hashCode");
+
+    let mut f = Fixture::new("wc-cluster", &word_count::WORD_COUNT);
+    f.extra.push("replication_factor=3".into());
+    let guarantee = "exactly_once_v2";
+    let mut apps: Vec<WeirApp> = (0..3).map(|i| f.start(i, guarantee)).collect();
+    let n = 50_000u64;
+    let step = n / 5;
+    f.produce(0, step);
+    wait_for_output(
+        &f.output,
+        Duration::from_secs(180),
+        &mut apps.iter_mut().collect::<Vec<_>>(),
+        |c| *c == word_count_truth(step),
+    );
+    let changelog = format!("{}-counts-changelog", f.app_id);
+    let (_, replicas) = leader(&changelog, 0);
+    assert_eq!(
+        replicas, 3,
+        "{changelog} is created with replication_factor=3"
+    );
+
+    // 1. The leader of input partition 0 dies while input is written.
+    let (input_leader, _) = leader(&f.input, 0);
+    println!("killing broker {input_leader}, leader of {}/0", f.input);
+    cluster.kill(input_leader);
+    f.produce(step, step);
+    watch(&mut apps, Duration::from_secs(5));
+    cluster.restart(input_leader);
+    all_running(&mut apps);
+
+    // 2. The transaction coordinator of instance 0's producer dies.
+    let process_id = std::fs::read_to_string(
+        f.dir
+            .path()
+            .join(format!("instance-0/{}/process.id", f.app_id)),
+    )
+    .expect("instance 0's process id");
+    let transactional_id = format!("{}-{}-0", f.app_id, process_id.trim());
+    let (coordinator, _) = leader(
+        "__transaction_state",
+        transaction_partition(&transactional_id),
+    );
+    println!("killing broker {coordinator}, transaction coordinator of {transactional_id}");
+    cluster.kill(coordinator);
+    f.produce(2 * step, step);
+    watch(&mut apps, Duration::from_secs(5));
+    cluster.restart(coordinator);
+    all_running(&mut apps);
+
+    // 3. A broker stops answering for 20 s (a long GC pause).
+    let (paused, _) = leader(&changelog, 1);
+    println!("pausing broker {paused} for 20 s");
+    cluster.script(&["pause", &paused.to_string()]);
+    std::thread::scope(|s| {
+        // Written meanwhile (records for the paused broker wait for it or
+        // for a new leader).
+        let writer = s.spawn(|| f.produce(3 * step, step));
+        watch(&mut apps, Duration::from_secs(20));
+        cluster.script(&["resume", &paused.to_string()]);
+        writer.join().expect("writing during the pause");
+    });
+
+    f.produce(4 * step, n - 4 * step);
+    let truth = word_count_truth(n);
+    let started = Instant::now();
+    let counts = wait_for_output(
+        &f.output,
+        Duration::from_secs(300),
+        &mut apps.iter_mut().collect::<Vec<_>>(),
+        |c| *c == truth,
+    );
+    println!(
+        "3 brokers, 2 kills + 1 pause, {n} sentences: counts exact {:?} after the last input",
+        started.elapsed()
+    );
+    assert_eq!(counts, truth);
+
+    // Per word, the committed counts only grow.
+    let mut last: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut records = 0;
+    for r in common::read_to_end(&f.output) {
+        let key = r.key.expect("word");
+        let count = i64::from_be_bytes(r.value.expect("count").as_slice().try_into().unwrap());
+        if let Some(&before) = last.get(&key) {
+            assert!(
+                count > before,
+                "{}: committed count {count} after {before}",
+                String::from_utf8_lossy(&key)
+            );
+        }
+        last.insert(key, count);
+        records += 1;
+    }
+    println!("{records} committed output records: per word strictly increasing");
+    for app in &mut apps {
+        let log = tail(&app.log_text());
+        assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
+    }
+}
