@@ -55,6 +55,7 @@ const KEYS: &[&str] = &[
     "max_task_idle_ms",
     "repartition_purge_interval_ms",
     "poll_ms",
+    "startup_timeout_ms",
     "deserialization_handler",
     "processing_handler",
     "http_bind",
@@ -233,6 +234,10 @@ pub struct StreamsConfig {
     pub repartition_purge_interval_ms: u64,
     /// Longest time a poll waits for records, in milliseconds. Default 100.
     pub poll_ms: u64,
+    /// How long start-up keeps retrying a broker it cannot reach (the
+    /// cluster metadata) before it fails with a clear error, in ms.
+    /// Default 60 000: long enough for a broker restart.
+    pub startup_timeout_ms: u64,
     /// What to do with records that cannot be deserialized or carry an
     /// invalid timestamp: `log_and_fail` (default), `log_and_continue`, or
     /// `dead_letter:<topic>`.
@@ -290,6 +295,7 @@ impl StreamsConfig {
             max_task_idle_ms: 0,
             repartition_purge_interval_ms: 30_000,
             poll_ms: 100,
+            startup_timeout_ms: 60_000,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
             http_bind: None,
@@ -384,6 +390,7 @@ impl StreamsConfig {
                 self.repartition_purge_interval_ms = parse(key, value)?
             }
             "poll_ms" => self.poll_ms = parse(key, value)?,
+            "startup_timeout_ms" => self.startup_timeout_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
             "advertised_endpoint" => {

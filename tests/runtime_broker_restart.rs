@@ -1,7 +1,9 @@
 //! The broker stops for 30 s and starts again (data kept) while two
-//! instances of word count run under exactly-once: no instance exits,
-//! output resumes by itself, and the counts read with `read_committed` equal
-//! the truth computed from the input.
+//! instances of word count run under exactly-once, and a third instance is
+//! started while it is down: no instance exits (the third retries the
+//! broker for `startup_timeout_ms`), output resumes by itself, and the
+//! counts read with `read_committed` equal the truth computed from the
+//! input.
 //!
 //! The test runs its own broker (`scripts/kafka` on a free port, so the
 //! broker other tests share is never stopped) and points the harness at it.
@@ -91,8 +93,16 @@ fn a_broker_restart_of_30_seconds_stops_no_instance_and_counts_stay_exact() {
 
     broker.script(&["stop"]);
     let stopped = Instant::now();
+    let mut c = None;
     while stopped.elapsed() < Duration::from_secs(30) {
-        for (name, app) in [("a", &mut a), ("b", &mut b)] {
+        if c.is_none() && stopped.elapsed() > Duration::from_secs(10) {
+            // An instance (re)started while the broker is still down.
+            c = Some(f.start(2, "exactly_once_v2"));
+        }
+        for (name, app) in [("a", &mut a), ("b", &mut b)]
+            .into_iter()
+            .chain(c.as_mut().map(|c| ("c (started while down)", c)))
+        {
             assert!(
                 app.is_running(),
                 "instance {name} exited while the broker was down; log:\n{}",
@@ -101,6 +111,7 @@ fn a_broker_restart_of_30_seconds_stops_no_instance_and_counts_stay_exact() {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    let mut c = c.expect("instance c started");
     broker.script(&["start"]);
     let restarted = Instant::now();
     f.produce(n / 2, n / 2);
@@ -109,14 +120,20 @@ fn a_broker_restart_of_30_seconds_stops_no_instance_and_counts_stay_exact() {
     let counts = wait_for_output(
         &f.output,
         Duration::from_secs(300),
-        &mut [&mut a, &mut b],
+        &mut [&mut a, &mut b, &mut c],
         |c| *c == truth,
     );
     println!(
-        "broker down 30 s: both instances kept running; counts exact {:?} after the restart",
+        "broker down 30 s: all instances kept running; counts exact {:?} after the restart",
         restarted.elapsed()
     );
-    for app in [&mut a, &mut b] {
+    assert!(
+        c.log_text()
+            .contains("the broker does not answer yet; retrying"),
+        "instance c waited for the broker at start-up:\n{}",
+        tail(&c.log_text())
+    );
+    for app in [&mut a, &mut b, &mut c] {
         let log = tail(&app.log_text());
         assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
     }

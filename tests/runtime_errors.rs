@@ -87,20 +87,24 @@ async fn co_partitioned_sources_must_have_equal_partition_counts() {
 fn unreachable_broker_fails_start_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     // Nothing listens on port 1 of loopback.
-    let mut app = KafkaStreams::new(
-        passthrough(&["in"], "out"),
-        config("unreachable", "127.0.0.1:1", dir.path()),
-    )
-    .unwrap();
+    let mut c = config("unreachable", "127.0.0.1:1", dir.path());
+    assert_eq!(
+        c.startup_timeout_ms, 60_000,
+        "a broker restart is waited for"
+    );
+    c.set("startup_timeout_ms", "3000").unwrap();
+    let mut app = KafkaStreams::new(passthrough(&["in"], "out"), c).unwrap();
     let started = Instant::now();
     let err = app.start().unwrap_err();
+    let took = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "fails within the metadata timeout"
+        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
+        "retries for startup_timeout_ms, then fails: {took:?}"
     );
     assert!(matches!(err, StreamsError::Kafka { .. }), "{err}");
     assert!(
-        err.to_string().contains("is the broker reachable?"),
+        err.to_string()
+            .contains("is the broker reachable? start-up retried for 3 s"),
         "{err}"
     );
 }

@@ -163,7 +163,8 @@ impl KafkaStreams {
     fn prepare_topics(&self) -> Result<(TopicLayout, Purger, GroupProtocol), StreamsError> {
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
-        let existing = topics::partition_counts(&metadata, Duration::from_secs(10))?;
+        let existing =
+            topics::wait_for_cluster(&metadata, Duration::from_millis(config.startup_timeout_ms))?;
         let layout = topics::plan(&self.topology, &config.application_id, &existing)?;
         let admin = super::clients::admin(config)?;
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -75,12 +75,53 @@ pub(crate) fn partition_counts(
     let metadata = metadata_client.fetch_metadata(None, timeout).map_err(|e| {
         StreamsError::kafka("reading cluster metadata (is the broker reachable?)", e)
     })?;
-    Ok(metadata
+    Ok(counts(&metadata))
+}
+
+fn counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i32> {
+    metadata
         .topics()
         .iter()
         .filter(|t| t.error().is_none())
         .map(|t| (t.name().to_string(), t.partitions().len() as i32))
-        .collect())
+        .collect()
+}
+
+/// [`partition_counts`] at start-up: a broker that cannot be reached
+/// (yet: it may be restarting) is asked again until `timeout` has passed,
+/// with a warning per try; then the error says how long start-up waited.
+pub(crate) fn wait_for_cluster(
+    metadata_client: &BaseConsumer,
+    timeout: Duration,
+) -> Result<HashMap<String, i32>, StreamsError> {
+    let started = Instant::now();
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let attempt = left.clamp(Duration::from_millis(500), Duration::from_secs(10));
+        let error = match metadata_client.fetch_metadata(None, attempt) {
+            Ok(metadata) => return Ok(counts(&metadata)),
+            Err(error) => error,
+        };
+        if started.elapsed() >= timeout {
+            return Err(StreamsError::kafka(
+                format!(
+                    "reading cluster metadata (is the broker reachable? start-up retried for {} s, \
+                     see startup_timeout_ms)",
+                    started.elapsed().as_secs()
+                ),
+                error,
+            ));
+        }
+        tracing::warn!(
+            %error,
+            waited_s = started.elapsed().as_secs(),
+            timeout_s = timeout.as_secs(),
+            "the broker does not answer yet; retrying (startup_timeout_ms)"
+        );
+        std::thread::sleep(
+            Duration::from_millis(500).min(timeout.saturating_sub(started.elapsed())),
+        );
+    }
 }
 
 /// Checks source topics and computes the layout of `topology` (no topic is created).
