@@ -78,7 +78,9 @@ fn choose(protocols: &str) -> GroupProtocol {
     }
 }
 
-/// The value of [`PROTOCOLS_KEY`] on one broker; `None` when it has none.
+/// The value of [`PROTOCOLS_KEY`] on the first broker that answers (one
+/// may be down: a cluster lists a killed broker until its session
+/// expires); `None` when it has none.
 async fn offered(
     admin: &AdminClient<DefaultClientContext>,
     metadata: &BaseConsumer,
@@ -86,11 +88,23 @@ async fn offered(
     let cluster = metadata
         .fetch_metadata(None, Duration::from_secs(10))
         .map_err(|e| format!("reading the cluster metadata: {e}"))?;
-    let broker = cluster
-        .brokers()
-        .first()
-        .map(|b| b.id())
-        .ok_or("the cluster metadata lists no broker")?;
+    let mut reasons = Vec::new();
+    for broker in cluster.brokers().iter().map(|b| b.id()) {
+        match broker_protocols(admin, broker).await {
+            Ok(protocols) => return Ok(protocols),
+            Err(reason) => reasons.push(reason),
+        }
+    }
+    if reasons.is_empty() {
+        return Err("the cluster metadata lists no broker".into());
+    }
+    Err(reasons.join("; "))
+}
+
+async fn broker_protocols(
+    admin: &AdminClient<DefaultClientContext>,
+    broker: i32,
+) -> Result<Option<String>, String> {
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let results = admin
         .describe_configs([&ResourceSpecifier::Broker(broker)], &opts)

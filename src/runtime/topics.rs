@@ -348,14 +348,19 @@ pub(crate) async fn create_internal_topics(
             }
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let counts = partition_counts(metadata_client, Duration::from_secs(5))?;
-        if wanted
-            .iter()
-            .all(|(name, n, _)| counts.get(name) == Some(n))
-        {
-            return Ok(());
+        // A metadata request may go to a broker that just died: ask again.
+        match partition_counts(metadata_client, Duration::from_secs(5)) {
+            Ok(counts)
+                if wanted
+                    .iter()
+                    .all(|(name, n, _)| counts.get(name) == Some(n)) =>
+            {
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "waiting for new internal topics; retrying"),
         }
         if Instant::now() > deadline {
             return Err(StreamsError::kafka(
