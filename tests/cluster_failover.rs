@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use common::counting::{Fixture, tail, wait_for_output, word_count_truth};
 use common::weir_app::WeirApp;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use weir::topologies::word_count;
 
 /// A cluster of this test's own, driven with `scripts/kafka cluster`.
@@ -98,40 +97,8 @@ fn free_ports(n: u16) -> u16 {
     panic!("no {n} consecutive free local ports");
 }
 
-/// The leader (node id) of `topic`'s `partition` and its replica count.
 fn leader(topic: &str, partition: i32) -> (i32, usize) {
-    let client: BaseConsumer = common::base_config().create().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(md) = client.fetch_metadata(Some(topic), Duration::from_secs(5))
-            && let Some(p) = md
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic)
-                .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
-            && p.leader() >= 0
-        {
-            return (p.leader(), p.replicas().len());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no leader for {topic}/{partition}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Java's `String.hashCode` (UTF-16 code units, wrapping).
-fn java_hash(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
-
-/// The `__transaction_state` partition of a transactional id (Kafka's
-/// `Utils.abs(hashCode) % partitions`; the cluster has 10).
-fn transaction_partition(transactional_id: &str) -> i32 {
-    let h = java_hash(transactional_id);
-    (if h == i32::MIN { 0 } else { h.abs() }) % 10
+    weir::testing::broker().partition_leader(topic, partition)
 }
 
 /// Every instance still runs (none exited because of a broker fault).
@@ -162,7 +129,6 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     // SAFETY: this test binary has one test, and no other thread runs yet.
     unsafe { std::env::set_var("KAFKA_BOOTSTRAP_SERVERS", &bootstrap) };
     assert_eq!(common::bootstrap(), bootstrap);
-    assert_eq!(java_hash("abc"), 96354, "Java's String.hashCode");
 
     let mut f = Fixture::new("wc-cluster", &word_count::WORD_COUNT);
     f.extra.push("replication_factor=3".into());
@@ -201,10 +167,7 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     )
     .expect("instance 0's process id");
     let transactional_id = format!("{}-{}-0", f.app_id, process_id.trim());
-    let (coordinator, _) = leader(
-        "__transaction_state",
-        transaction_partition(&transactional_id),
-    );
+    let coordinator = weir::testing::broker().transaction_coordinator(&transactional_id);
     println!("killing broker {coordinator}, transaction coordinator of {transactional_id}");
     cluster.kill(coordinator);
     f.produce(2 * step, step);

@@ -74,6 +74,7 @@ mod records;
 mod topics;
 
 pub use records::{Isolation, ReadRecord};
+pub use topics::transaction_state_partition;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

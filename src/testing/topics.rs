@@ -16,8 +16,9 @@ const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 impl TestBroker {
     /// Creates topics as (name, partitions) with the broker's default
     /// replication factor (`default.replication.factor`: 1 on a single
-    /// broker, 3 on `scripts/kafka cluster`) and waits until every one shows all its partitions in the metadata. A
-    /// topic that already exists is fine.
+    /// broker, 3 on `scripts/kafka cluster`) and waits until every one
+    /// shows all its partitions in the metadata. A topic that already
+    /// exists is fine.
     ///
     /// # Panics
     ///
@@ -94,6 +95,56 @@ impl TestBroker {
             .collect()
     }
 
+    /// The leader (broker node id) of `topic`'s `partition` and how many
+    /// replicas it has, once it has a leader (after a broker failure a new
+    /// one is elected within the broker session timeout).
+    ///
+    /// # Panics
+    ///
+    /// When the partition has no leader within 60 s.
+    pub fn partition_leader(&self, topic: &str, partition: i32) -> (i32, usize) {
+        let client: BaseConsumer = self
+            .client_config()
+            .create()
+            .expect("creating the metadata client failed");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(md) = client.fetch_metadata(Some(topic), Duration::from_secs(5))
+                && let Some(p) = md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic)
+                    .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
+                && p.leader() >= 0
+            {
+                return (p.leader(), p.replicas().len());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic}/{partition} has no leader after 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The broker (node id) that is the transaction coordinator of
+    /// `transactional_id`: the leader of its `__transaction_state`
+    /// partition ([`transaction_state_partition`]).
+    pub fn transaction_coordinator(&self, transactional_id: &str) -> i32 {
+        let client: BaseConsumer = self
+            .client_config()
+            .create()
+            .expect("creating the metadata client failed");
+        let partitions = client
+            .fetch_metadata(Some("__transaction_state"), Duration::from_secs(10))
+            .ok()
+            .and_then(|md| md.topics().first().map(|t| t.partitions().len()))
+            .filter(|&n| n > 0)
+            .expect("the broker lists __transaction_state (has a transaction run yet?)");
+        let partition = transaction_state_partition(transactional_id, partitions as i32);
+        self.partition_leader("__transaction_state", partition).0
+    }
+
     fn admin(&self) -> AdminClient<DefaultClientContext> {
         self.client_config()
             .create()
@@ -124,6 +175,20 @@ impl TestBroker {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The `__transaction_state` partition of `transactional_id` among
+/// `partitions`, as the broker computes it (Java's `String.hashCode`, then
+/// `Utils.abs(hash) % partitions`).
+///
+/// ```
+/// assert_eq!(weir::testing::transaction_state_partition("abc", 10), 96354 % 10);
+/// ```
+pub fn transaction_state_partition(transactional_id: &str, partitions: i32) -> i32 {
+    let hash = transactional_id
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+    (if hash == i32::MIN { 0 } else { hash.abs() }) % partitions
 }
 
 /// Runs the future `make` returns to completion on a runtime of its own, on
