@@ -55,7 +55,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 1)]
     pub zombies: usize,
     /// The cluster's base port (`KAFKA_CLUSTER_PORT` of `scripts/kafka cluster`).
-    #[arg(long, env = "KAFKA_CLUSTER_PORT", default_value_t = 29092)]
+    #[arg(long, env = "KAFKA_CLUSTER_PORT", default_value_t = 39092)]
     pub cluster_port: u16,
     /// Instance state, logs and the report go here.
     #[arg(long)]

@@ -230,9 +230,15 @@ pub(crate) fn admin(
     })
 }
 
+/// The client of start-up's metadata requests; its context keeps a
+/// refusal (authentication, TLS) for [`super::topics::wait_for_cluster`].
+pub(crate) type MetadataClient = BaseConsumer<super::client_log::StartupContext>;
+
 /// A plain client for metadata requests.
-pub(crate) fn metadata_client(config: &StreamsConfig) -> Result<BaseConsumer, StreamsError> {
+pub(crate) fn metadata_client(config: &StreamsConfig) -> Result<MetadataClient, StreamsError> {
     plain_consumer_config(config)
-        .create()
+        // Error lines (a failed TLS handshake says why) reach the context.
+        .set_log_level(rdkafka::config::RDKafkaLogLevel::Error)
+        .create_with_context(super::client_log::StartupContext::default())
         .map_err(|e| StreamsError::kafka("creating the metadata client", e))
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 
 use crate::config::{GroupProtocol, StreamsConfig};
 
@@ -27,7 +27,7 @@ const PROTOCOLS_KEY: &str = "group.coordinator.rebalance.protocols";
 pub(crate) async fn resolve(
     config: &StreamsConfig,
     admin: &AdminClient<DefaultClientContext>,
-    metadata: &BaseConsumer,
+    metadata: &super::clients::MetadataClient,
 ) -> GroupProtocol {
     let asked = config.group_protocol;
     if asked != GroupProtocol::Auto {
@@ -83,7 +83,7 @@ fn choose(protocols: &str) -> GroupProtocol {
 /// expires); `None` when it has none.
 async fn offered(
     admin: &AdminClient<DefaultClientContext>,
-    metadata: &BaseConsumer,
+    metadata: &super::clients::MetadataClient,
 ) -> Result<Option<String>, String> {
     let cluster = metadata
         .fetch_metadata(None, Duration::from_secs(10))

@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::StreamsError;
+use super::clients::MetadataClient;
 use crate::topology::Topology;
 
 /// Where each topic of the application goes, resolved at start-up.
@@ -69,7 +70,7 @@ impl TopicLayout {
 
 /// Reads the partition count of every topic in the cluster.
 pub(crate) fn partition_counts(
-    metadata_client: &BaseConsumer,
+    metadata_client: &MetadataClient,
     timeout: Duration,
 ) -> Result<HashMap<String, i32>, StreamsError> {
     let metadata = metadata_client.fetch_metadata(None, timeout).map_err(|e| {
@@ -91,17 +92,37 @@ fn counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i32> {
 /// (yet: it may be restarting) is asked again until `timeout` has passed,
 /// with a warning per try; then the error says how long start-up waited.
 pub(crate) fn wait_for_cluster(
-    metadata_client: &BaseConsumer,
+    metadata_client: &MetadataClient,
     timeout: Duration,
 ) -> Result<HashMap<String, i32>, StreamsError> {
     let started = Instant::now();
     loop {
         let left = timeout.saturating_sub(started.elapsed());
-        let attempt = left.clamp(Duration::from_millis(500), Duration::from_secs(10));
+        // Short attempts: a refusal (wrong password, untrusted
+        // certificate) is reported while a request waits, and ends start-up.
+        let attempt = left.clamp(Duration::from_millis(500), Duration::from_secs(2));
         let error = match metadata_client.fetch_metadata(None, attempt) {
             Ok(metadata) => return Ok(counts(&metadata)),
             Err(error) => error,
         };
+        // Error events wait in the client's queue until it is polled.
+        for _ in 0..100 {
+            match metadata_client.poll(Duration::ZERO) {
+                Some(Err(e)) => {
+                    if let Some(code) = e.rdkafka_error_code() {
+                        metadata_client.context().note(code, &e.to_string());
+                    }
+                }
+                Some(Ok(_)) => {}
+                None => break,
+            }
+        }
+        if let Some(why) = metadata_client.context().refused() {
+            return Err(StreamsError::kafka(
+                format!("connecting to the broker: {why}"),
+                error,
+            ));
+        }
         if started.elapsed() >= timeout {
             return Err(StreamsError::kafka(
                 format!(
@@ -268,7 +289,7 @@ fn check_internal_topics(
 /// not exist yet and waits until the broker lists them.
 pub(crate) async fn create_internal_topics(
     admin: &AdminClient<DefaultClientContext>,
-    metadata_client: &BaseConsumer,
+    metadata_client: &MetadataClient,
     layout: &TopicLayout,
     existing: &HashMap<String, i32>,
     replication_factor: Option<i16>,

@@ -99,6 +99,16 @@ impl WeirApp {
         }
     }
 
+    /// The exit code once the process has exited by itself (`None` while
+    /// it runs or after a signal).
+    #[allow(dead_code)]
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+            .and_then(|status| status.code())
+    }
+
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {

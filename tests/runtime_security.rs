@@ -1,0 +1,182 @@
+//! TLS and SASL on the real broker (`scripts/kafka start --secure`: a
+//! SASL_SSL listener with SCRAM-SHA-512 and a certificate from a test CA):
+//!
+//! * word count runs through TLS + SCRAM with only configuration (the
+//!   `kafka.` options `scripts/kafka secure-settings` prints) under
+//!   exactly-once, and its counts are exact;
+//! * a wrong password stops start-up within seconds with a message that
+//!   says so;
+//! * a certificate signed by a CA the client does not trust stops start-up
+//!   within seconds with a message that says so.
+//!
+//! The test runs its own broker on free ports; the harness writes and reads
+//! through its plain listener.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::counting::{Fixture, tail, wait_for_output, word_count_truth};
+use weir::topologies::word_count;
+
+struct SecureBroker {
+    port: u16,
+}
+
+impl SecureBroker {
+    fn script(&self, args: &[&str]) -> String {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka");
+        let out = Command::new(script)
+            .args(args)
+            .env("KAFKA_PORT", self.port.to_string())
+            .output()
+            .expect("running scripts/kafka");
+        assert!(
+            out.status.success(),
+            "scripts/kafka {args:?} failed on port {}: {}",
+            self.port,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The settings of the SASL_SSL listener, as `key=value` lines.
+    fn settings(&self) -> Vec<String> {
+        self.script(&["secure-settings"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for SecureBroker {
+    fn drop(&mut self) {
+        self.script(&["stop"]);
+    }
+}
+
+/// A port `p` with `p + 1` and `p + 2` free too.
+fn free_ports() -> u16 {
+    for _ in 0..100 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free local port");
+        if port < 65000
+            && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no three consecutive free local ports");
+}
+
+/// Runs `weir run word-count` with `settings` until it exits; the exit
+/// code, how long it ran and its log.
+fn refused_start(f: &Fixture, name: &str, settings: &[String]) -> (Option<i32>, Duration, String) {
+    let mut all = f.settings("exactly_once_v2");
+    all.extend(settings.iter().cloned());
+    let started = Instant::now();
+    let mut app = common::weir_app::WeirApp::start(
+        "word-count",
+        &f.dir.path().join(name),
+        &f.dir.path().join(format!("{name}.log")),
+        &all,
+    );
+    while app.is_running() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name}: still running after 60 s; log:\n{}",
+            tail(&app.log_text())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (app.exit_code(), started.elapsed(), app.log_text())
+}
+
+#[test]
+fn tls_and_scram_need_only_configuration_and_bad_credentials_stop_start_up() {
+    let broker = SecureBroker { port: free_ports() };
+    broker.script(&["start", "--clean", "--secure"]);
+    // The harness writes and reads through the plain listener.
+    // SAFETY: this test binary has one test, and no other thread runs yet.
+    unsafe {
+        std::env::set_var(
+            "KAFKA_BOOTSTRAP_SERVERS",
+            format!("127.0.0.1:{}", broker.port),
+        )
+    };
+    let secure = broker.settings();
+    assert!(
+        secure
+            .iter()
+            .any(|s| s == "kafka.security.protocol=SASL_SSL"),
+        "{secure:?}"
+    );
+
+    // 1. Word count through TLS + SCRAM.
+    let mut f = Fixture::new("wc-secure", &word_count::WORD_COUNT);
+    f.extra = secure.clone();
+    let n = 5_000;
+    f.produce(0, n);
+    let mut a = f.start(0, "exactly_once_v2");
+    let mut b = f.start(1, "exactly_once_v2");
+    let truth = word_count_truth(n);
+    let counts = wait_for_output(
+        &f.output,
+        Duration::from_secs(180),
+        &mut [&mut a, &mut b],
+        |c| *c == truth,
+    );
+    assert_eq!(counts, truth);
+    for app in [&mut a, &mut b] {
+        let log = tail(&app.log_text());
+        assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
+    }
+    println!("word count over SASL_SSL (SCRAM-SHA-512): {n} sentences, counts exact");
+
+    // 2. A wrong password.
+    let wrong_password: Vec<String> = secure
+        .iter()
+        .map(|s| {
+            if s.starts_with("kafka.sasl.password=") {
+                "kafka.sasl.password=not-the-password".to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect();
+    let (code, took, log) = refused_start(&f, "wrong-password", &wrong_password);
+    println!("wrong password: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(1), "{}", tail(&log));
+    assert!(
+        took < Duration::from_secs(15),
+        "stops within seconds: {took:?}"
+    );
+    assert!(
+        log.contains("SASL authentication failed: wrong user name or password?"),
+        "{}",
+        tail(&log)
+    );
+
+    // 3. A broker certificate the client does not trust.
+    let untrusted: Vec<String> = secure
+        .iter()
+        .map(|s| s.replace("/ca.crt", "/untrusted-ca.crt"))
+        .collect();
+    assert_ne!(untrusted, secure);
+    let (code, took, log) = refused_start(&f, "untrusted", &untrusted);
+    println!("untrusted certificate: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(1), "{}", tail(&log));
+    assert!(
+        took < Duration::from_secs(15),
+        "stops within seconds: {took:?}"
+    );
+    assert!(
+        log.contains("TLS: the broker's certificate is not trusted"),
+        "{}",
+        tail(&log)
+    );
+}
