@@ -580,6 +580,77 @@ fn parse_handler(key: &str, value: &str) -> Result<ErrorHandling, ConfigError> {
     }
 }
 
+/// Where the clients of a `weir` tool (`generate`, `table`, `query`,
+/// `reset`) connect: the bootstrap servers and librdkafka options for
+/// every client they build (TLS, SASL: `--kafka security.protocol=SASL_SSL`
+/// …), as `weir run` takes them with the `kafka.` prefix.
+///
+/// ```
+/// let c = weir::config::Connection::with_options(
+///     "127.0.0.1:9094",
+///     &["security.protocol=SASL_SSL".to_string(), "kafka.sasl.mechanism=SCRAM-SHA-512".to_string()],
+/// )
+/// .unwrap();
+/// let client = c.client_config();
+/// assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
+/// assert_eq!(client.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+/// assert!(weir::config::Connection::with_options("x:1", &["nonsense".into()]).is_err());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    /// `host:port[,host:port…]`.
+    pub bootstrap_servers: String,
+    /// librdkafka options (without a prefix).
+    pub options: BTreeMap<String, String>,
+}
+
+impl Connection {
+    /// `bootstrap_servers` and options given as `key=value` (a leading
+    /// `kafka.` is dropped, so `weir run`'s settings can be reused).
+    pub fn with_options(bootstrap_servers: &str, pairs: &[String]) -> Result<Self, ConfigError> {
+        let mut options = BTreeMap::new();
+        for pair in pairs {
+            let (key, value) = pair
+                .split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "--kafka",
+                        format!("'{pair}' is not OPTION=VALUE (e.g. security.protocol=SASL_SSL)"),
+                    )
+                })?;
+            let key = key.trim();
+            options.insert(
+                key.strip_prefix("kafka.").unwrap_or(key).to_string(),
+                value.to_string(),
+            );
+        }
+        Ok(Connection {
+            bootstrap_servers: bootstrap_servers.to_string(),
+            options,
+        })
+    }
+
+    /// A librdkafka configuration with the bootstrap servers and the options.
+    pub fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap_servers);
+        for (k, v) in &self.options {
+            c.set(k, v);
+        }
+        c
+    }
+}
+
+impl From<&str> for Connection {
+    fn from(bootstrap_servers: &str) -> Self {
+        Connection {
+            bootstrap_servers: bootstrap_servers.to_string(),
+            options: BTreeMap::new(),
+        }
+    }
+}
+
 /// A replication factor: `-1` or empty for the broker's default, else 1..=32767.
 fn parse_replication(key: &str, value: &str) -> Result<Option<i16>, ConfigError> {
     match value.trim() {

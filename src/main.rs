@@ -62,9 +62,8 @@ enum Command {
         /// Partitions of topics created here.
         #[arg(long, default_value_t = 4)]
         partitions: i32,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
-        bootstrap_servers: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
         /// A topology parameter `topology.<param>=value` (topic names).
         #[arg(long = "set", value_name = "topology.PARAM=VALUE")]
         set: Vec<String>,
@@ -80,9 +79,8 @@ enum Command {
         /// The application to reset (its consumer group id).
         #[arg(long)]
         application_id: String,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
-        bootstrap_servers: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
         /// The state directory the instances on this machine used.
         #[arg(long, env = "WEIR_STATE_DIR", default_value = "/tmp/weir")]
         state_dir: PathBuf,
@@ -99,9 +97,8 @@ enum Command {
         /// The application (its consumer group id).
         #[arg(long)]
         application_id: String,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
-        bootstrap_servers: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
         /// Ask for the key's windows (window store) or sessions (session store).
         #[arg(long)]
         windows: bool,
@@ -119,10 +116,31 @@ enum Command {
         /// How to print values.
         #[arg(long, value_enum, default_value_t = ValueFormat::String)]
         value: ValueFormat,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
-        bootstrap_servers: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
     },
+}
+
+/// The broker a tool connects to.
+#[derive(clap::Args)]
+struct BrokerArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "WEIR_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+    bootstrap_servers: String,
+    /// A librdkafka option for every client of the tool, e.g.
+    /// `--kafka security.protocol=SASL_SSL` (`kafka.` prefix optional, so
+    /// `weir run`'s settings can be reused).
+    #[arg(long = "kafka", value_name = "OPTION=VALUE")]
+    kafka: Vec<String>,
+}
+
+impl BrokerArgs {
+    fn connection(&self) -> Result<weir::config::Connection> {
+        Ok(weir::config::Connection::with_options(
+            &self.bootstrap_servers,
+            &self.kafka,
+        )?)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -198,10 +216,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             rate,
             start,
             partitions,
-            bootstrap_servers,
+            broker,
             set,
             truth,
         } => {
+            let connection = broker.connection()?;
             let t = shipped(&topology)?;
             if truth.is_some() && t.dataset.is_none() {
                 bail!("--truth: {} has no injected anomalies to write", t.name);
@@ -222,7 +241,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut topics = inputs.clone();
             topics.extend(t.output_topics(&params));
             let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-            tools::ensure_topics(&bootstrap_servers, &refs, partitions)?;
+            tools::ensure_topics(&connection, &refs, partitions)?;
             // A dataset's event times end now (see `shift_to_end_at`).
             let shift = t.dataset.map_or(0, |d| {
                 let now = std::time::SystemTime::now()
@@ -247,15 +266,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 count,
                 rate,
             };
-            let written = tools::generate(&bootstrap_servers, &inputs, &samples)?;
+            let written = tools::generate(&connection, &inputs, &samples)?;
             eprintln!("weir: wrote {written} records to {}", inputs.join(", "));
         }
         Command::Reset {
             application_id,
-            bootstrap_servers,
+            broker,
             state_dir,
         } => {
-            let report = weir::reset::reset(&bootstrap_servers, &application_id, &state_dir)?;
+            let report = weir::reset::reset(&broker.connection()?, &application_id, &state_dir)?;
             eprintln!(
                 "weir: reset {application_id}: consumer group {}; deleted topics: {}; local state {}",
                 if report.group_deleted {
@@ -278,14 +297,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             store,
             key,
             application_id,
-            bootstrap_servers,
+            broker,
             windows,
             from,
             to,
         } => {
             let path = weir::runtime::query_path(&store, key.as_deref(), windows, from, to);
             let (endpoint, status, body) =
-                weir::runtime::query_application(&bootstrap_servers, &application_id, &path)
+                weir::runtime::query_application(&broker.connection()?, &application_id, &path)
                     .map_err(|e| anyhow::anyhow!("weir query: {e}"))?;
             println!("{}", body.trim_end());
             if status != 200 {
@@ -296,9 +315,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Table {
             topic,
             value,
-            bootstrap_servers,
+            broker,
         } => {
-            for (k, v) in tools::latest_per_key(&bootstrap_servers, &topic)? {
+            for (k, v) in tools::latest_per_key(&broker.connection()?, &topic)? {
                 let key = String::from_utf8_lossy(&k);
                 let value = match (value, v) {
                     (_, None) => "null".to_string(),

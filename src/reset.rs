@@ -25,7 +25,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -105,17 +104,18 @@ pub fn is_internal_topic(application_id: &str, topic: &str) -> bool {
         })
 }
 
-/// Resets `application_id` on the cluster at `bootstrap` and removes its
+/// Resets `application_id` on the cluster `connection` names and removes its
 /// local state under `state_dir`; see the module docs.
 pub fn reset(
-    bootstrap: &str,
+    connection: &crate::config::Connection,
     application_id: &str,
     state_dir: &Path,
 ) -> Result<ResetReport, ResetError> {
     let timeout = Duration::from_secs(30);
     let mut report = ResetReport::default();
-    let client: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let bootstrap = &connection.bootstrap_servers;
+    let client: BaseConsumer = connection
+        .client_config()
         .create()
         .map_err(kafka("creating the metadata client"))?;
     // Under either group protocol (the classic DescribeGroups lists no
@@ -138,8 +138,8 @@ pub fn reset(
         });
     }
 
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let admin: AdminClient<DefaultClientContext> = connection
+        .client_config()
         .create()
         .map_err(kafka("creating the admin client"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -3,7 +3,8 @@
 //!
 //! * word count runs through TLS + SCRAM with only configuration (the
 //!   `kafka.` options `scripts/kafka secure-settings` prints) under
-//!   exactly-once, and its counts are exact;
+//!   exactly-once, and its counts are exact; the tools (`weir generate`,
+//!   `query`, `table`, `reset`) take the same options with `--kafka`;
 //! * a wrong password stops start-up within seconds with a message that
 //!   says so;
 //! * a certificate signed by a CA the client does not trust stops start-up
@@ -131,11 +132,82 @@ fn tls_and_scram_need_only_configuration_and_bad_credentials_stop_start_up() {
         |c| *c == truth,
     );
     assert_eq!(counts, truth);
+    println!("word count over SASL_SSL (SCRAM-SHA-512): {n} sentences, counts exact");
+
+    // The tools take the same options: generate, query, table, reset.
+    let tool = |args: &[&str]| -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(args).env_remove("WEIR_BOOTSTRAP_SERVERS");
+        for s in &secure {
+            match s.strip_prefix("bootstrap_servers=") {
+                Some(b) => cmd.args(["--bootstrap-servers", b]),
+                None => cmd.args(["--kafka", s]),
+            };
+        }
+        let out = cmd.output().expect("running weir");
+        assert!(
+            out.status.success(),
+            "weir {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (input, output) = (
+        format!("topology.input_topic={}", f.input),
+        format!("topology.output_topic={}", f.output),
+    );
+    let (start, count) = (n.to_string(), n.to_string());
+    tool(&[
+        "generate",
+        "word-count",
+        "--start",
+        &start,
+        "--count",
+        &count,
+        "--set",
+        &input,
+        "--set",
+        &output,
+    ]);
+    let truth = word_count_truth(2 * n);
+    wait_for_output(
+        &f.output,
+        Duration::from_secs(180),
+        &mut [&mut a, &mut b],
+        |c| *c == truth,
+    );
+    let (word, expected) = truth.iter().next().unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&tool(&[
+        "query",
+        "counts",
+        word,
+        "--application-id",
+        &f.app_id,
+    ]))
+    .unwrap();
+    assert_eq!(answer["value"].as_i64(), Some(*expected), "{answer}");
+    let table: std::collections::BTreeMap<String, i64> =
+        tool(&["table", &f.output, "--value", "i64"])
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once('\t').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect();
+    assert_eq!(table, truth, "weir table over SASL_SSL");
     for app in [&mut a, &mut b] {
         let log = tail(&app.log_text());
         assert_eq!(app.stop(), Some(0), "graceful stop exits 0; log:\n{log}");
     }
-    println!("word count over SASL_SSL (SCRAM-SHA-512): {n} sentences, counts exact");
+    let state = f.dir.path().join("reset-state");
+    tool(&[
+        "reset",
+        "--application-id",
+        &f.app_id,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    println!("weir generate, query, table and reset over SASL_SSL: as without TLS");
 
     // 2. A wrong password.
     let wrong_password: Vec<String> = secure

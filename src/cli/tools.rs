@@ -11,9 +11,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 use rdkafka::consumer::BaseConsumer;
+use weir::config::Connection;
 use weir::runtime::EndOfPartitionContext;
 
 /// Errors of the tools.
@@ -75,9 +76,14 @@ fn kafka(context: impl Into<String>) -> impl FnOnce(KafkaError) -> ToolError {
 }
 
 /// Creates the topics that do not exist yet with `partitions` partitions.
-pub fn ensure_topics(bootstrap: &str, topics: &[&str], partitions: i32) -> Result<(), ToolError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+pub fn ensure_topics(
+    connection: &Connection,
+    topics: &[&str],
+    partitions: i32,
+) -> Result<(), ToolError> {
+    let bootstrap = &connection.bootstrap_servers;
+    let admin: AdminClient<DefaultClientContext> = connection
+        .client_config()
         .create()
         .map_err(kafka("creating the admin client"))?;
     let new: Vec<NewTopic<'_>> = topics
@@ -128,7 +134,7 @@ pub struct Samples<'a> {
 
 /// Writes `samples` to `topics`. Returns the count written.
 pub fn generate(
-    bootstrap: &str,
+    connection: &Connection,
     topics: &[String],
     samples: &Samples<'_>,
 ) -> Result<u64, ToolError> {
@@ -139,8 +145,8 @@ pub fn generate(
         count,
         rate,
     } = *samples;
-    let producer: ThreadedProducer<DeliveryCheck> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let producer: ThreadedProducer<DeliveryCheck> = connection
+        .client_config()
         .set("partitioner", "murmur2_random")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
@@ -186,11 +192,11 @@ pub fn generate(
 /// Reads `topic` from the beginning to its end with `read_committed` and
 /// returns the last value of every key, in key order.
 pub fn latest_per_key(
-    bootstrap: &str,
+    connection: &Connection,
     topic: &str,
 ) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, ToolError> {
-    let consumer: BaseConsumer<EndOfPartitionContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer<EndOfPartitionContext> = connection
+        .client_config()
         .set("group.id", "weir-table-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")

@@ -712,19 +712,19 @@ impl StoreService {
 }
 
 /// Asks a running instance of `application_id` (found through the group
-/// on the cluster at `bootstrap`) for `path` (`/stores/...`): the
+/// on the cluster `connection` names) for `path` (`/stores/...`): the
 /// endpoint that answered, the status and the JSON body. Instances are
 /// tried in turn until one answers; an error says why none did. This is
 /// `weir query`.
 pub fn query_application(
-    bootstrap: &str,
+    connection: &crate::config::Connection,
     application_id: &str,
     path: &str,
 ) -> Result<(String, u16, String), String> {
-    use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let client: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let bootstrap = &connection.bootstrap_servers;
+    let client: BaseConsumer = connection
+        .client_config()
         .create()
         .map_err(|e| format!("creating the metadata client: {e}"))?;
     let members = super::group_describe::describe_group(
