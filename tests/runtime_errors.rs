@@ -248,3 +248,78 @@ fn a_replication_factor_above_the_broker_count_stops_start_with_the_setting_name
         "{err}"
     );
 }
+
+#[test]
+fn an_internal_topic_deleted_while_running_stops_with_its_name() {
+    let app_id = common::unique_topic("deleted-changelog");
+    let (input, output) = (format!("{app_id}-lines"), format!("{app_id}-out"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 2), (&output, 2)]));
+    let lines = |from: usize| -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+        (from..from + 50)
+            .map(|i| (Some(format!("k{i}").into_bytes()), b"alpha beta".to_vec()))
+            .collect()
+    };
+    common::produce_batch(&input, &lines(0));
+    let dir = tempfile::tempdir().unwrap();
+    let settings = vec![
+        format!("application_id={app_id}"),
+        "processing_guarantee=exactly_once_v2".to_string(),
+        format!("topology.input_topic={input}"),
+        format!("topology.output_topic={output}"),
+    ];
+    let mut app = WeirApp::start(
+        "word-count",
+        &dir.path().join("state"),
+        &dir.path().join("log"),
+        &settings,
+    );
+    let counted = wait_until(Duration::from_secs(120), || {
+        common::counting::output_counts(&output).get("alpha") == Some(&50)
+    });
+    assert!(counted, "the first 50 lines are counted");
+    let changelog = format!("{app_id}-counts-changelog");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::delete_topics(&[&changelog]));
+    common::produce_batch(&input, &lines(50));
+    let deleted = Instant::now();
+    let stopped = wait_until(Duration::from_secs(90), || !app.is_running());
+    assert!(
+        stopped,
+        "still running 90 s after its changelog was deleted"
+    );
+    let log = app.log_text();
+    println!(
+        "stopped {:?} after the changelog was deleted",
+        deleted.elapsed()
+    );
+    assert_eq!(app.exit_code(), Some(1), "{}", common::counting::tail(&log));
+    assert!(
+        log.contains(&format!(
+            "internal topic '{changelog}' was deleted while the application ran"
+        )),
+        "{}",
+        common::counting::tail(&log)
+    );
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_created_stops_start_with_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    // A regular file where a directory must go (the tests run as root, so
+    // permissions alone would not stop it).
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"").unwrap();
+    let app_id = common::unique_topic("bad-state-dir");
+    let input = format!("{app_id}-in");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 1)]));
+    let c = config(&app_id, &common::bootstrap(), &file.join("state"));
+    let mut app = KafkaStreams::new(passthrough(&[&input], &format!("{app_id}-out")), c).unwrap();
+    let err = app.start().unwrap_err().to_string();
+    println!("{err}");
+    assert!(err.contains("not-a-dir"), "names the path: {err}");
+}

@@ -33,6 +33,15 @@ pub enum StreamsError {
         /// The missing topic.
         topic: String,
     },
+    /// An internal topic (changelog, repartition) disappeared while the
+    /// application ran.
+    #[error(
+        "internal topic '{topic}' was deleted while the application ran; the state it backs cannot be recovered from it: stop every instance, run `weir reset --application-id …` (or restore the topic), then start again"
+    )]
+    InternalTopicDeleted {
+        /// The missing topic.
+        topic: String,
+    },
     /// Source topics of one sub-topology have different partition counts.
     #[error(
         "topics {topics:?} are read by one sub-topology and must be co-partitioned, but have partition counts {counts:?}; give them equal partition counts"
@@ -138,6 +147,7 @@ impl StreamsError {
             StreamsError::Task(e) => chain_recovery(e).unwrap_or(Recovery::Fatal),
             StreamsError::Config(_)
             | StreamsError::MissingSourceTopic { .. }
+            | StreamsError::InternalTopicDeleted { .. }
             | StreamsError::NotCopartitioned { .. }
             | StreamsError::InternalTopicMismatch { .. }
             | StreamsError::Io { .. }
@@ -150,6 +160,24 @@ impl StreamsError {
             context: context.into(),
             source,
         }
+    }
+}
+
+impl StreamsError {
+    /// The librdkafka error code of the first Kafka error in this error or
+    /// its source chain.
+    pub(crate) fn kafka_code(&self) -> Option<rdkafka::types::RDKafkaErrorCode> {
+        if let StreamsError::Kafka { source, .. } = self {
+            return source.rdkafka_error_code();
+        }
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            if let Some(kafka) = e.downcast_ref::<rdkafka::error::KafkaError>() {
+                return kafka.rdkafka_error_code();
+            }
+            next = e.source();
+        }
+        None
     }
 }
 

@@ -436,6 +436,12 @@ impl StreamThread {
     /// polling never come here: the poll phase logs them and goes on.
     fn handle_error(&mut self, error: StreamsError) -> Result<(), StreamsError> {
         let recovery = error.recovery();
+        if recovery != Recovery::Fatal
+            && error.kafka_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
+            && let Some(missing) = self.missing_topic()
+        {
+            return Err(missing);
+        }
         match recovery {
             Recovery::Fatal => Err(error),
             _ => {
@@ -459,6 +465,40 @@ impl StreamThread {
                 Ok(())
             }
         }
+    }
+
+    /// After an unknown-topic error: the first topic the application
+    /// reads or keeps its state in that the cluster no longer lists (an
+    /// internal topic deleted while running cannot be recovered from by
+    /// rewinding; a source topic may have been deleted too).
+    fn missing_topic(&self) -> Option<StreamsError> {
+        let first = self.missing_topic_now()?;
+        // Twice, a second apart: a broker that just restarted may answer
+        // before its metadata caught up.
+        std::thread::sleep(Duration::from_secs(1));
+        let second = self.missing_topic_now()?;
+        (first.to_string() == second.to_string()).then_some(second)
+    }
+
+    fn missing_topic_now(&self) -> Option<StreamsError> {
+        let layout = &self.env.layout;
+        let client = super::clients::metadata_client(&self.env.config).ok()?;
+        let existing = super::topics::partition_counts(&client, Duration::from_secs(10)).ok()?;
+        let internal = layout
+            .changelog_topics
+            .iter()
+            .map(|(_, topic)| topic)
+            .chain(&layout.repartition_topics);
+        if let Some(topic) = internal.into_iter().find(|t| !existing.contains_key(*t)) {
+            return Some(StreamsError::InternalTopicDeleted {
+                topic: topic.clone(),
+            });
+        }
+        layout
+            .source_topics()
+            .into_iter()
+            .find(|t| !existing.contains_key(t))
+            .map(|topic| StreamsError::MissingSourceTopic { topic })
     }
 
     /// Rebuilds the tasks after an abort: finishes the abort, replaces a
