@@ -70,6 +70,8 @@ pub fn wait_converged(
 #[derive(Default)]
 pub struct Outcome {
     pub keys: usize,
+    /// Sum of the true counts (words in the input).
+    pub truth_total: i64,
     pub output_records: usize,
     /// Keys whose last committed value is not the truth (missing ones too).
     pub wrong: Vec<(String, Option<i64>, i64)>,
@@ -100,6 +102,7 @@ pub fn check(output: &str, truth: &BTreeMap<String, i64>) -> Outcome {
         outcome.output_records += 1;
     }
     outcome.keys = truth.len();
+    outcome.truth_total = truth.values().sum();
     for (word, &t) in truth {
         let got = last.get(word).copied();
         if got != Some(t) {

@@ -131,7 +131,16 @@ impl Report<'_> {
             ("keys", o.keys.to_string()),
             ("keys wrong (last value ≠ truth)", o.wrong.len().to_string()),
             ("keys below the truth", o.below.to_string()),
-            ("over-count (sum above the truth)", format!("{} over {} keys", o.over_count, o.keys_over)),
+            ("words in the input (sum of the truth)", o.truth_total.to_string()),
+            (
+                "over-count (sum above the truth)",
+                format!(
+                    "{} over {} keys ({:.1} % of the input's words)",
+                    o.over_count,
+                    o.keys_over,
+                    100.0 * o.over_count as f64 / o.truth_total.max(1) as f64
+                ),
+            ),
             ("repeated or backward committed values", o.repeated_or_backward.len().to_string()),
             ("instances that exited by themselves", self.exits.len().to_string()),
         ];
