@@ -60,7 +60,7 @@ pub struct Cli {
     /// Instance state, logs and the report go here.
     #[arg(long)]
     pub work_dir: PathBuf,
-    /// The `weir` binary (default: next to this one's directory).
+    /// The `weir` binary (default: beside this one, or in the directory above).
     #[arg(long)]
     pub weir: Option<PathBuf>,
     /// Also write the results into this file's section for the guarantee
@@ -321,11 +321,16 @@ fn main() -> Result<()> {
     }
     let weir = match &cli.weir {
         Some(w) => w.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .and_then(|examples| examples.parent())
-            .context("locating the weir binary")?
-            .join("weir"),
+        // Beside this binary (scripts/chaos copies both), else in the
+        // target directory above `examples/`.
+        None => {
+            let exe = std::env::current_exe()?;
+            let dir = exe.parent().context("locating the weir binary")?;
+            [dir.join("weir"), dir.join("../weir")]
+                .into_iter()
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| dir.join("weir"))
+        }
     };
     if !weir.exists() {
         bail!(
