@@ -61,50 +61,29 @@ impl Cluster {
 
     /// The leader of `topic`'s `partition`, once it has one.
     pub fn leader(&self, topic: &str, partition: i32) -> Result<i32> {
-        let client = self.metadata_client()?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(md) = client.fetch_metadata(Some(topic), Duration::from_secs(5))
-                && let Some(p) = md
-                    .topics()
-                    .first()
-                    .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
-                && p.leader() >= 0
-            {
-                return Ok(p.leader());
-            }
-            if Instant::now() > deadline {
-                bail!("{topic}/{partition} has no leader after 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        Ok(weir::testing::broker().partition_leader(topic, partition).0)
     }
 
     /// The transaction coordinator of `transactional_id`.
     pub fn coordinator(&self, transactional_id: &str) -> Result<i32> {
-        self.leader_by_hash("__transaction_state", transactional_id)
+        Ok(weir::testing::broker().transaction_coordinator(transactional_id))
     }
 
-    /// The group coordinator of consumer group `group`.
+    /// The group coordinator of consumer group `group` (placed by the
+    /// same formula as transactional ids, over `__consumer_offsets`).
     pub fn coordinator_of_group(&self, group: &str) -> Result<i32> {
-        self.leader_by_hash("__consumer_offsets", group)
-    }
-
-    /// The leader of the partition of internal topic `topic` that `id`
-    /// hashes to (the same formula places transactional ids and groups).
-    fn leader_by_hash(&self, topic: &str, id: &str) -> Result<i32> {
         let partitions = self
             .metadata_client()?
-            .fetch_metadata(Some(topic), Duration::from_secs(10))?
+            .fetch_metadata(Some("__consumer_offsets"), Duration::from_secs(10))?
             .topics()
             .first()
             .map_or(0, |t| t.partitions().len() as i32);
         if partitions == 0 {
-            bail!("the cluster lists no {topic} partitions");
+            bail!("the cluster lists no __consumer_offsets partitions");
         }
         self.leader(
-            topic,
-            weir::testing::transaction_state_partition(id, partitions),
+            "__consumer_offsets",
+            weir::testing::transaction_state_partition(group, partitions),
         )
     }
 

@@ -52,7 +52,7 @@ impl OwnCluster {
 
     fn start_clean() -> OwnCluster {
         let cluster = OwnCluster {
-            port: free_ports(6),
+            port: common::free_port_run(6),
         };
         cluster.script(&["start", "--brokers", "3", "--clean"]);
         cluster
@@ -79,22 +79,6 @@ impl Drop for OwnCluster {
         );
         let _ = std::fs::remove_dir_all(cache.join(format!("cluster-{}", self.port)));
     }
-}
-
-/// A port `p` with `p + 1 .. p + n` free too.
-fn free_ports(n: u16) -> u16 {
-    for _ in 0..200 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free local port");
-        if port < 65000
-            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no {n} consecutive free local ports");
 }
 
 fn leader(topic: &str, partition: i32) -> (i32, usize) {

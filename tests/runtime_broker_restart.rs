@@ -39,7 +39,7 @@ impl OwnBroker {
 
     fn start_clean() -> OwnBroker {
         let broker = OwnBroker {
-            port: free_port_pair(),
+            port: common::free_port_run(2),
         };
         broker.script(&["start", "--clean"]);
         broker
@@ -54,20 +54,6 @@ impl Drop for OwnBroker {
     fn drop(&mut self) {
         self.script(&["stop"]);
     }
-}
-
-/// A port `p` with `p + 1` free too (the broker's controller listens there).
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free local port");
-        if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no two consecutive free local ports");
 }
 
 #[test]

@@ -58,22 +58,6 @@ impl Drop for SecureBroker {
     }
 }
 
-/// A port `p` with `p + 1` and `p + 2` free too.
-fn free_ports() -> u16 {
-    for _ in 0..100 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free local port");
-        if port < 65000
-            && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no three consecutive free local ports");
-}
-
 /// Runs `weir run word-count` with `settings` until it exits; the exit
 /// code, how long it ran and its log.
 fn refused_start(f: &Fixture, name: &str, settings: &[String]) -> (Option<i32>, Duration, String) {
@@ -99,7 +83,9 @@ fn refused_start(f: &Fixture, name: &str, settings: &[String]) -> (Option<i32>, 
 
 #[test]
 fn tls_and_scram_need_only_configuration_and_bad_credentials_stop_start_up() {
-    let broker = SecureBroker { port: free_ports() };
+    let broker = SecureBroker {
+        port: common::free_port_run(3),
+    };
     broker.script(&["start", "--clean", "--secure"]);
     // The harness writes and reads through the plain listener.
     // SAFETY: this test binary has one test, and no other thread runs yet.

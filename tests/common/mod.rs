@@ -136,3 +136,20 @@ pub fn poll_until_assigned(
         );
     }
 }
+
+/// A local port `p` with `p + 1 .. p + n` free too (a broker of a test's
+/// own: client, controller and secure listener ports; a cluster's nodes).
+pub fn free_port_run(n: u16) -> u16 {
+    for _ in 0..200 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free local port");
+        if port < 65000
+            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no {n} consecutive free local ports");
+}
