@@ -113,20 +113,42 @@ impl Instance {
         }
     }
 
-    /// SIGTERM and wait (SIGKILL after 60 s); the exit code.
-    pub fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
+    /// SIGTERM and wait: the exit code, or `Err` with the path of its
+    /// threads' stacks (taken with gdb) when it did not stop within 60 s
+    /// and was killed.
+    pub fn stop(&mut self, work_dir: &Path) -> Result<Option<i32>, PathBuf> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
         self.signal_pid(child.id(), "CONT");
         self.signal_pid(child.id(), "TERM");
         for _ in 0..1200 {
             if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
+                return Ok(status.code());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let stacks = work_dir.join(format!("instance-{}-hung.stacks", self.index));
+        let _ = Command::new("timeout")
+            .args([
+                "60",
+                "gdb",
+                "-p",
+                &child.id().to_string(),
+                "-batch",
+                "-ex",
+                "thread apply all bt",
+            ])
+            .stdout(
+                std::fs::File::create(&stacks)
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .stderr(Stdio::null())
+            .status();
         let _ = child.kill();
         let _ = child.wait();
-        None
+        Err(stacks)
     }
 
     fn signal_pid(&self, pid: u32, signal: &str) {

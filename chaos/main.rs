@@ -423,13 +423,24 @@ fn main() -> Result<()> {
         })?;
     let outcome = check::check(&output, &truth);
     let took = run.started.elapsed();
+    // An instance that does not stop on SIGTERM is hung: its stacks are
+    // kept for diagnosis and it is reported.
+    let mut hung = Vec::new();
     for instance in &mut run.instances {
-        instance.stop();
+        if let Err(stacks) = instance.stop(&cli.work_dir) {
+            println!(
+                "chaos: instance {} did not stop within 60 s of SIGTERM; stacks in {}",
+                instance.index,
+                stacks.display()
+            );
+            hung.push((instance.index, stacks));
+        }
     }
     let report = report::Report {
         cli: &cli,
         events: &run.events,
         exits: &run.exits,
+        hung: &hung,
         outcome: &outcome,
         converged,
         input_done,

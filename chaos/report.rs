@@ -13,6 +13,9 @@ pub struct Report<'a> {
     pub cli: &'a Cli,
     pub events: &'a [Event],
     pub exits: &'a [(usize, Option<i32>, String)],
+    /// Instances that did not stop on SIGTERM at the end, with the file
+    /// holding their stacks.
+    pub hung: &'a [(usize, std::path::PathBuf)],
     pub outcome: &'a Outcome,
     /// How long the output took to reach the truth after the last input.
     pub converged: Option<Duration>,
@@ -58,7 +61,8 @@ impl Report<'_> {
         format!(
             "chaos: {} · seed {} · {} instances · {} sentences · {} instance SIGKILLs, {} broker kills \
              ({} input leaders, {} coordinators), {} broker pauses, {} zombies · {} keys: {} wrong, {} \
-             below, over-count {}, {} repeated or backward · {} instance exits · {} in {:.0} s",
+             below, over-count {}, {} repeated or backward · {} instance exits, {} hung at the end · {} \
+             in {:.0} s",
             self.cli.guarantee,
             self.cli.seed,
             self.cli.instances,
@@ -75,6 +79,7 @@ impl Report<'_> {
             o.over_count,
             o.repeated_or_backward.len(),
             self.exits.len(),
+            self.hung.len(),
             if self.passed() { "PASS" } else { "FAIL" },
             self.took.as_secs_f64()
         )
@@ -143,6 +148,10 @@ impl Report<'_> {
             ),
             ("repeated or backward committed values", o.repeated_or_backward.len().to_string()),
             ("instances that exited by themselves", self.exits.len().to_string()),
+            (
+                "instances that did not stop within 60 s of SIGTERM at the end",
+                self.hung.len().to_string(),
+            ),
         ];
         for (k, v) in rows {
             let _ = writeln!(w, "| {k} | {v} |");
@@ -153,6 +162,13 @@ impl Report<'_> {
         }
         for (word, before, after) in o.repeated_or_backward.iter().take(10) {
             let _ = writeln!(w, "- `{word}`: {after} after {before}");
+        }
+        for (i, stacks) in self.hung {
+            let _ = writeln!(
+                w,
+                "- instance {i} hung at the end; stacks: `{}`",
+                stacks.display()
+            );
         }
         for (i, code, tail) in self.exits {
             let _ = writeln!(w, "- instance {i} exited ({code:?}):\n\n```\n{tail}\n```");
