@@ -152,6 +152,15 @@ pub(crate) fn flush(producer: &ThreadProducer, timeout: Duration) -> Result<(), 
     Ok(())
 }
 
+/// How long a send waits for room in librdkafka's queue before it fails
+/// (a transient error: the thread aborts, which purges the queue, and
+/// rewinds). Normally room comes within milliseconds; a producer that
+/// cannot deliver (its transaction coordinator gone, an epoch bump
+/// pending) never makes room, and waiting on would keep the thread from
+/// polling, from its shutdown and from the group (a chaos run saw a
+/// thread stall until `max.poll.interval.ms` expelled it).
+const QUEUE_FULL_WAIT: Duration = Duration::from_secs(30);
+
 /// Sends task output through `producer`.
 pub(crate) struct KafkaCollector<'a> {
     pub(crate) producer: &'a ThreadProducer,
@@ -188,11 +197,15 @@ impl RecordCollector for KafkaCollector<'_> {
                 });
             base = base.headers(headers);
         }
+        let mut full_since: Option<std::time::Instant> = None;
         loop {
             match self.producer.send(base) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if full_since.is_none_or(|t| t.elapsed() < QUEUE_FULL_WAIT) =>
+                {
                     // librdkafka's queue is full: serve delivery reports, then retry.
+                    full_since.get_or_insert_with(std::time::Instant::now);
                     base = back;
                     self.producer.poll(Duration::from_millis(10));
                 }
