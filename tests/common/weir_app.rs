@@ -74,6 +74,26 @@ impl WeirApp {
         }
     }
 
+    /// Sends SIGTERM and waits up to `timeout`: `Some(exit code)`, or
+    /// `None` when it did not stop (it is then killed).
+    pub fn try_stop(&mut self, timeout: Duration) -> Option<Option<i32>> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = child.try_wait().expect("waiting for weir") {
+                return Some(status.code());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
     pub fn stop(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
