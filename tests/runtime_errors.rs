@@ -1,5 +1,6 @@
 //! Clear errors at start-up (missing source topic, mismatched partition
-//! counts, unreachable broker) and poison records following the configured
+//! counts, unreachable broker, state directory) and while running (internal
+//! topic deleted, disk full), and poison records following the configured
 //! handler on the real broker.
 
 mod common;
@@ -322,4 +323,126 @@ fn a_state_dir_that_cannot_be_created_stops_start_with_the_path() {
     let err = app.start().unwrap_err().to_string();
     println!("{err}");
     assert!(err.contains("not-a-dir"), "names the path: {err}");
+}
+
+/// A tmpfs mounted for one test; unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `mib` MiB at `dir` (the tests run as root).
+    fn mount(dir: &std::path::Path, mib: u32) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting a {mib} MiB tmpfs at {} (needs root)",
+            dir.display()
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+
+    /// Writes file `name` until the disk is full.
+    fn fill(&self, name: &str) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join(name);
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        while file.write_all(&chunk).and_then(|()| file.flush()).is_ok() {}
+        let _ = file.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after() {
+    use common::counting::{Fixture, tail, wait_for_output, word_count_truth};
+    let mut f = Fixture::new("disk-full", &weir::topologies::word_count::WORD_COUNT);
+    // A small memory budget makes RocksDB flush memtables (and start new
+    // write-ahead logs) often, so a full disk is hit within seconds.
+    f.extra.push("state_memory_budget_bytes=1048576".into());
+    let disk = SmallDisk::mount(&f.dir.path().join("instance-0"), 32);
+    let guarantee = "exactly_once_v2";
+    let mut app = f.start(0, guarantee);
+    let step = 20_000;
+    f.produce(0, step);
+    wait_for_output(&f.output, Duration::from_secs(120), &mut [&mut app], |c| {
+        *c == word_count_truth(step)
+    });
+
+    // The disk fills while the instance runs.
+    let filler = disk.fill("filler");
+    let full = Instant::now();
+    f.produce(step, step);
+    let stopped = wait_until(Duration::from_secs(120), || !app.is_running());
+    let log = app.log_text();
+    assert!(
+        stopped,
+        "still running 120 s after the disk filled:\n{}",
+        tail(&log)
+    );
+    println!("stopped {:?} after the disk filled", full.elapsed());
+    assert_eq!(app.exit_code(), Some(1), "{}", tail(&log));
+    assert!(
+        log.contains("No space left on device"),
+        "the error says the disk is full:\n{}",
+        tail(&log)
+    );
+    let reason = log
+        .lines()
+        .rfind(|l| l.contains("No space left on device"))
+        .unwrap_or_default()
+        .to_string();
+    println!("reason: {reason}");
+
+    // Started again on the full disk (what closing the stores freed is
+    // filled too): a clear error, not a retry loop.
+    let refill = disk.fill("filler-2");
+    let mut again = f.start(0, guarantee);
+    let stopped = wait_until(Duration::from_secs(60), || !again.is_running());
+    let log = again.log_text();
+    assert!(stopped, "running on a full disk:\n{}", tail(&log));
+    assert_eq!(again.exit_code(), Some(1), "{}", tail(&log));
+    assert!(
+        log.contains("No space left on device"),
+        "the error says the disk is full:\n{}",
+        tail(&log)
+    );
+    println!(
+        "on restart: {}",
+        log.lines()
+            .rfind(|l| l.contains("No space left on device"))
+            .unwrap_or_default()
+    );
+
+    // With room again, the stores open as they were and the counts are exact.
+    std::fs::remove_file(filler).unwrap();
+    std::fs::remove_file(refill).unwrap();
+    let mut healed = f.start(0, guarantee);
+    wait_for_output(
+        &f.output,
+        Duration::from_secs(120),
+        &mut [&mut healed],
+        |c| *c == word_count_truth(2 * step),
+    );
+    let log = healed.log_text();
+    common::counting::restores("after the disk had room", &healed);
+    assert!(
+        !log.contains("corrupt"),
+        "no store was found corrupt:\n{}",
+        tail(&log)
+    );
+    assert_eq!(healed.stop(), Some(0), "{}", tail(&log));
 }
