@@ -56,6 +56,8 @@ const KEYS: &[&str] = &[
     "repartition_purge_interval_ms",
     "poll_ms",
     "startup_timeout_ms",
+    "scaling_headroom_percent",
+    "scaling_window_ms",
     "deserialization_handler",
     "processing_handler",
     "http_bind",
@@ -238,6 +240,12 @@ pub struct StreamsConfig {
     /// cluster metadata) before it fails with a clear error, in ms.
     /// Default 60 000: long enough for a broker restart.
     pub startup_timeout_ms: u64,
+    /// Spare capacity the scaling signal ([`crate::metrics::scaling`])
+    /// plans for, in percent of the input rate. Default 20.
+    pub scaling_headroom_percent: u32,
+    /// The window over which the scaling signal measures rates, in ms
+    /// (at least 1 000). Default 10 000.
+    pub scaling_window_ms: u64,
     /// What to do with records that cannot be deserialized or carry an
     /// invalid timestamp: `log_and_fail` (default), `log_and_continue`, or
     /// `dead_letter:<topic>`.
@@ -296,6 +304,8 @@ impl StreamsConfig {
             repartition_purge_interval_ms: 30_000,
             poll_ms: 100,
             startup_timeout_ms: 60_000,
+            scaling_headroom_percent: 20,
+            scaling_window_ms: 10_000,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
             http_bind: None,
@@ -391,6 +401,8 @@ impl StreamsConfig {
             }
             "poll_ms" => self.poll_ms = parse(key, value)?,
             "startup_timeout_ms" => self.startup_timeout_ms = parse(key, value)?,
+            "scaling_headroom_percent" => self.scaling_headroom_percent = parse(key, value)?,
+            "scaling_window_ms" => self.scaling_window_ms = parse(key, value)?,
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
             "advertised_endpoint" => {
@@ -482,6 +494,12 @@ impl StreamsConfig {
             return Err(ConfigError::new(
                 "buffered_records_per_partition",
                 "must be at least 1",
+            ));
+        }
+        if self.scaling_window_ms < 1_000 {
+            return Err(ConfigError::new(
+                "scaling_window_ms",
+                "must be at least 1000 (rates over shorter windows are noise)",
             ));
         }
         for (prefix, map) in [

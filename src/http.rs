@@ -13,6 +13,7 @@
 //! | `GET /health/live` | 200 unless the instance failed (`PendingError`/`Error`: 503) |
 //! | `GET /health/ready` | 200 only when the state is `Running` and no task is restoring; else 503. Body: `{"ready":…,"state":…,"restoring_tasks":…}` |
 //! | `GET /topology` | the topology description (`?format=mermaid` for Mermaid) |
+//! | `GET /scaling` | the scaling recommendation and its inputs ([`crate::metrics::scaling`]); 503 before the first window |
 //!
 //! The server speaks just enough HTTP/1.1 for probes and scrapers: one
 //! request per connection (`Connection: close`), `GET` and `HEAD`, request
@@ -41,6 +42,8 @@ pub(crate) struct Endpoints {
     pub(crate) topology_mermaid: String,
     /// Interactive queries (`/stores`).
     pub(crate) stores: Arc<crate::runtime::StoreService>,
+    /// The scaling signal (`/scaling`).
+    pub(crate) scaling: Arc<crate::metrics::scaling::ScalingView>,
 }
 
 /// A running server; dropping it stops the server and joins its thread.
@@ -78,7 +81,7 @@ impl HttpServer {
                     }
                 })
             })?;
-        tracing::info!(%addr, "HTTP server listening (/metrics, /health/live, /health/ready, /topology, /stores)");
+        tracing::info!(%addr, "HTTP server listening (/metrics, /health/live, /health/ready, /topology, /scaling, /stores)");
         Ok(HttpServer {
             addr,
             stop: Some(stop),
@@ -275,10 +278,24 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
             Response::text(200, endpoints.topology_mermaid.clone())
         }
         "/topology" => Response::text(200, endpoints.topology_text.clone()),
+        "/scaling" => match endpoints.scaling.latest() {
+            Some(body) => Response {
+                status: 200,
+                content_type: "application/json",
+                body: format!("{body}\n"),
+                retry_after: false,
+            },
+            None => Response {
+                status: 503,
+                content_type: "application/json",
+                body: "{\"recommended_instances\":null,\"reason\":\"the first scaling window (scaling_window_ms) has not passed\"}\n".into(),
+                retry_after: true,
+            },
+        },
         _ => Response::text(
             404,
             format!(
-                "no such path {path}; try /metrics, /health/live, /health/ready, /topology, /stores\n"
+                "no such path {path}; try /metrics, /health/live, /health/ready, /topology, /scaling, /stores\n"
             ),
         ),
     }

@@ -41,6 +41,12 @@ impl LagMeter {
     /// Updates the lag series from one statistics document.
     pub fn update(&self, statistics: &Statistics) {
         let mut now = BTreeSet::new();
+        let at = std::time::Instant::now();
+        let mut seen = self
+            .metrics
+            .lag_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for (topic, t) in &statistics.topics {
             for p in t.partitions.values() {
                 if let Some(lag) = partition_lag(p) {
@@ -49,12 +55,14 @@ impl LagMeter {
                         .consumer_lag
                         .with_label_values(&[topic.as_str(), partition.as_str()])
                         .set(lag);
+                    seen.insert((topic.clone(), p.partition), (lag, at));
                     now.insert((topic.clone(), p.partition));
                 }
             }
         }
         let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, partition) in reported.difference(&now) {
+            seen.remove(&(topic.clone(), *partition));
             let _ = self
                 .metrics
                 .consumer_lag

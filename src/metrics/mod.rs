@@ -23,6 +23,10 @@
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
 //! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
 //! | `weir_task_busy_ratio` | gauge | `task` | time processing ÷ wall time over the last window of ≥ 1 s |
+//! | `weir_task_busy_seconds_total` | counter | `task` | time spent processing records; `rate(processed) / rate(busy)` is the task's true processing rate |
+//! | `weir_subtopology_input_rate_records_per_second` | gauge | `subtopology` | input arriving at the sub-topology's partitions owned here (processed rate + lag growth), over the last scaling window ([`scaling`]) |
+//! | `weir_subtopology_true_rate_records_per_second` | gauge | `subtopology` | records processed per busy second by its tasks here: one thread's capacity |
+//! | `weir_recommended_instances` | gauge | – | instances needed to keep up with the input plus headroom ([`scaling`], `GET /scaling`); 0 before the first window |
 //! | `weir_store_puts_total` | counter | `task`, `store` | writes and deletes of key-value, window and session stores (records applied by restoring or by a standby included) |
 //! | `weir_store_gets_total` | counter | `task`, `store` | reads: point gets, window fetches, session lookups (one per call) |
 //! | `weir_store_entries` | gauge | `task`, `store` | approximate number of entries, refreshed at each commit |
@@ -52,6 +56,7 @@
 
 mod lag;
 mod restore;
+pub mod scaling;
 pub mod store;
 mod thread;
 
@@ -85,6 +90,10 @@ pub struct Metrics {
     pub(crate) task_e2e_seconds: HistogramVec,
     pub(crate) task_dropped: IntCounterVec,
     pub(crate) task_busy_ratio: prometheus::GaugeVec,
+    pub(crate) task_busy_seconds: prometheus::CounterVec,
+    pub(crate) subtopology_input_rate: prometheus::GaugeVec,
+    pub(crate) subtopology_true_rate: prometheus::GaugeVec,
+    pub(crate) recommended_instances: IntGauge,
     pub(crate) store_puts: IntCounterVec,
     pub(crate) store_gets: IntCounterVec,
     pub(crate) store_entries: IntGaugeVec,
@@ -96,6 +105,11 @@ pub struct Metrics {
     pub(crate) standby_applied: IntCounter,
     pub(crate) standby_takeovers: IntCounter,
     pub(crate) consumer_lag: IntGaugeVec,
+    /// The last lag of each (topic, partition) and when its statistics
+    /// came (the scaling signal needs the time: statistics lag the gauge
+    /// readers by up to an interval).
+    pub(crate) lag_seen:
+        std::sync::Mutex<std::collections::BTreeMap<(String, i32), (i64, std::time::Instant)>>,
     pub(crate) produced: IntCounterVec,
 }
 
@@ -163,6 +177,12 @@ impl Metrics {
         )
         .expect("valid gauge");
         register(Box::new(standby_tasks.clone()), false);
+        let recommended_instances = IntGauge::new(
+            "weir_recommended_instances",
+            "Instances the application needs to keep up with its input rate plus scaling_headroom_percent (GET /scaling shows the computation); 0 until the first scaling window has passed.",
+        )
+        .expect("valid gauge");
+        register(Box::new(recommended_instances.clone()), false);
         let plain_counter = |name: &str, help: &str| {
             let counter = IntCounter::new(name, help).expect("valid counter");
             register(Box::new(counter.clone()), false);
@@ -250,6 +270,29 @@ impl Metrics {
                 "Time the task spent processing divided by wall time, over the last window of at least 1 s.",
                 &["task"],
             ),
+            task_busy_seconds: {
+                let family = prometheus::CounterVec::new(
+                    Opts::new(
+                        "weir_task_busy_seconds_total",
+                        "Time the task spent processing records (its busy time); processed records divided by busy seconds is the task's true processing rate.",
+                    ),
+                    &["task"],
+                )
+                .expect("valid counter");
+                register(Box::new(family.clone()), false);
+                family
+            },
+            subtopology_input_rate: float_gauge(
+                "weir_subtopology_input_rate_records_per_second",
+                "Records per second arriving at the sub-topology's partitions this instance owns (processed rate plus lag growth) over the last scaling window.",
+                &["subtopology"],
+            ),
+            subtopology_true_rate: float_gauge(
+                "weir_subtopology_true_rate_records_per_second",
+                "Records the sub-topology's tasks on this instance process per second of busy time (one thread's capacity) over the last scaling window.",
+                &["subtopology"],
+            ),
+            recommended_instances,
             store_puts: counter(
                 "weir_store_puts_total",
                 "Store writes and deletes (key-value, window, session; restored records included).",
@@ -294,6 +337,7 @@ impl Metrics {
                 "Records the broker acknowledged on output topics (sinks, repartition and dead-letter topics; not changelogs), by topic. Under exactly-once, records of aborted transactions are included.",
                 &["topic"],
             ),
+            lag_seen: Default::default(),
             registry: registry.clone(),
             families: Vec::new(),
         };
@@ -359,7 +403,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 26, "{names:?}");
+        assert_eq!(metrics.families.len(), 30, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

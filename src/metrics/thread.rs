@@ -31,7 +31,10 @@ struct TaskMeter {
     processing: IntCounter,
     e2e: LocalHistogram,
     busy_ratio: Gauge,
+    busy_seconds: prometheus::Counter,
     busy: Duration,
+    /// Busy time not yet added to `busy_seconds`.
+    busy_unpublished: Duration,
     /// The task's counters as last published.
     seen: TaskMetrics,
 }
@@ -139,7 +142,9 @@ impl ThreadMeter {
                 .with_label_values(&[label.as_str()])
                 .local(),
             busy_ratio: m.task_busy_ratio.with_label_values(&[label.as_str()]),
+            busy_seconds: m.task_busy_seconds.with_label_values(&[label.as_str()]),
             busy: Duration::ZERO,
+            busy_unpublished: Duration::ZERO,
             seen: TaskMetrics::default(),
             label,
         }
@@ -153,7 +158,9 @@ impl ThreadMeter {
         let Some(task) = self.tasks.get_mut(&id) else {
             return;
         };
-        task.busy += now.saturating_duration_since(self.segment_start);
+        let busy = now.saturating_duration_since(self.segment_start);
+        task.busy += busy;
+        task.busy_unpublished += busy;
         let sink_ms = wall_clock_ms();
         for &ts in &self.timestamps {
             if ts >= 0 {
@@ -200,6 +207,14 @@ impl ThreadMeter {
                 .inc_by(delta(counters.skipped_processing, seen.skipped_processing));
             meter.seen = counters;
             meter.e2e.flush();
+        }
+        for meter in self.tasks.values_mut() {
+            if !meter.busy_unpublished.is_zero() {
+                meter
+                    .busy_seconds
+                    .inc_by(meter.busy_unpublished.as_secs_f64());
+                meter.busy_unpublished = Duration::ZERO;
+            }
         }
         self.processed.inc_by(processed);
         let window = now.saturating_duration_since(self.window_start);
@@ -304,6 +319,7 @@ impl ThreadMeter {
             let _ = m.task_processed.remove_label_values(&task);
             let _ = m.task_e2e_seconds.remove_label_values(&task);
             let _ = m.task_busy_ratio.remove_label_values(&task);
+            let _ = m.task_busy_seconds.remove_label_values(&task);
             for reason in ["late", "deserialization_error", "processing_error"] {
                 let _ = m
                     .task_dropped

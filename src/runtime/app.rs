@@ -44,6 +44,8 @@ pub struct KafkaStreams {
     standbys: Arc<StandbyRegistry>,
     /// The HTTP server's interactive queries, when it runs.
     store_service: Option<Arc<StoreService>>,
+    /// The latest scaling recommendation (`GET /scaling`).
+    scaling: Arc<crate::metrics::scaling::ScalingView>,
 }
 
 impl KafkaStreams {
@@ -67,6 +69,7 @@ impl KafkaStreams {
             router,
             standbys: Arc::new(StandbyRegistry::default()),
             store_service: None,
+            scaling: Arc::default(),
             config,
         })
     }
@@ -153,6 +156,7 @@ impl KafkaStreams {
         if self.config.num_standby_replicas > 0 {
             self.spawn_standby_thread(&env, &process_id)?;
         }
+        self.spawn_scaling_thread(&env)?;
         self.state.transition(AppState::Rebalancing);
         self.spawn_stream_threads(&env, &process_id)
     }
@@ -207,6 +211,7 @@ impl KafkaStreams {
             state: self.state.clone(),
             topology_text: description.to_string(),
             topology_mermaid: description.to_mermaid(),
+            scaling: self.scaling.clone(),
         };
         let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {
             context: "starting the HTTP server (http_bind)",
@@ -237,6 +242,29 @@ impl KafkaStreams {
         stores.set_served_by(bound.to_string(), advertised);
         self.http = Some(server);
         self.store_service = Some(stores);
+        Ok(())
+    }
+
+    /// Starts the scaling signal's sampler ([`crate::metrics::scaling`]).
+    fn spawn_scaling_thread(&mut self, env: &Arc<ThreadEnv>) -> Result<(), StreamsError> {
+        let inputs = crate::metrics::scaling::ScalingInputs {
+            tasks_per_subtopology: env.layout.tasks_per_subtopology.clone(),
+            subtopology_of_topic: env.layout.subtopology_of_topic.clone(),
+            threads_per_instance: self.config.num_stream_threads,
+            headroom_percent: self.config.scaling_headroom_percent,
+        };
+        let handle = crate::metrics::scaling::start(
+            self.metrics.clone(),
+            inputs,
+            Duration::from_millis(self.config.scaling_window_ms),
+            self.scaling.clone(),
+            self.shutdown.clone(),
+        )
+        .map_err(|source| StreamsError::Io {
+            context: "spawning the scaling thread",
+            source,
+        })?;
+        self.threads.push(handle);
         Ok(())
     }
 
