@@ -370,9 +370,11 @@ impl Drop for SmallDisk {
 fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after() {
     use common::counting::{Fixture, tail, wait_for_output, word_count_truth};
     let mut f = Fixture::new("disk-full", &weir::topologies::word_count::WORD_COUNT);
-    // A small memory budget makes RocksDB flush memtables (and start new
-    // write-ahead logs) often, so a full disk is hit within seconds.
+    // Every update reaches the store (no record cache), and a small memory
+    // budget makes RocksDB flush memtables (and start new write-ahead logs)
+    // often, so a full disk is hit within seconds of input.
     f.extra.push("state_memory_budget_bytes=1048576".into());
+    f.extra.push("cache_max_bytes=0".into());
     let disk = SmallDisk::mount(&f.dir.path().join("instance-0"), 32);
     let guarantee = "exactly_once_v2";
     let mut app = f.start(0, guarantee);
@@ -385,8 +387,14 @@ fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after()
     // The disk fills while the instance runs.
     let filler = disk.fill("filler");
     let full = Instant::now();
-    f.produce(step, step);
-    let stopped = wait_until(Duration::from_secs(120), || !app.is_running());
+    // Input keeps coming until the instance stops.
+    let mut produced = step;
+    while app.is_running() && full.elapsed() < Duration::from_secs(120) {
+        f.produce(produced, step / 4);
+        produced += step / 4;
+        wait_until(Duration::from_secs(5), || !app.is_running());
+    }
+    let stopped = !app.is_running();
     let log = app.log_text();
     assert!(
         stopped,
@@ -435,7 +443,7 @@ fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after()
         &f.output,
         Duration::from_secs(120),
         &mut [&mut healed],
-        |c| *c == word_count_truth(2 * step),
+        |c| *c == word_count_truth(produced),
     );
     let log = healed.log_text();
     common::counting::restores("after the disk had room", &healed);
