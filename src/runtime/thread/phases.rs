@@ -19,6 +19,8 @@ use crate::runtime::{Recovery, StreamsError};
 
 /// Records taken from the consumer per poll round at most.
 const MAX_BATCH: usize = 1000;
+/// Records a task processes per turn of the processing round-robin.
+const RECORDS_PER_TURN: usize = 64;
 /// How often the same transient polling error is logged at most.
 const POLL_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -158,6 +160,9 @@ fn run_phases<'c>(
     }
     punctuate(t)?;
     t.meter.batch_done(t.tasks.metrics());
+    for task in t.tasks.running() {
+        t.meter.nodes_done(task.id(), &task.node_metrics());
+    }
     maybe_commit(env, t, consumer, state)
 }
 
@@ -252,33 +257,46 @@ fn process(
         ..
     } = t;
     let mut collector = producer.collector(&env.layout.partitions);
-    for &id in &state.ready {
-        if tasks.task(id).is_none() {
-            continue;
+    // Round-robin over the tasks, a few records each, until the buffers are
+    // empty or a commit is due: a commit (and, under exactly-once, the
+    // output's visibility) never waits for all buffered input.
+    let commit_due = state.last_commit + env.config.commit_interval();
+    loop {
+        let mut took = false;
+        for &id in &state.ready {
+            if tasks.task(id).is_none() {
+                continue;
+            }
+            for _ in 0..RECORDS_PER_TURN {
+                let Some(message) = state.buffers.next(id, now) else {
+                    break;
+                };
+                took = true;
+                let owned_headers;
+                let headers = match message.headers() {
+                    Some(h) if h.count() > 0 => {
+                        owned_headers = convert_headers(h);
+                        &owned_headers
+                    }
+                    _ => &empty_headers,
+                };
+                let input = InputRecord {
+                    topic: message.topic(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    timestamp: message.timestamp().to_millis().unwrap_or(-1),
+                    headers,
+                    key: message.key(),
+                    value: message.payload(),
+                };
+                tasks.process(id, &input, &mut collector)?;
+                meter.record(id, input.timestamp);
+            }
         }
-        while let Some(message) = state.buffers.next(id, now) {
-            let owned_headers;
-            let headers = match message.headers() {
-                Some(h) if h.count() > 0 => {
-                    owned_headers = convert_headers(h);
-                    &owned_headers
-                }
-                _ => &empty_headers,
-            };
-            let input = InputRecord {
-                topic: message.topic(),
-                partition: message.partition(),
-                offset: message.offset(),
-                timestamp: message.timestamp().to_millis().unwrap_or(-1),
-                headers,
-                key: message.key(),
-                value: message.payload(),
-            };
-            tasks.process(id, &input, &mut collector)?;
-            meter.record(id, input.timestamp);
+        if !took || Instant::now() >= commit_due {
+            return Ok(());
         }
     }
-    Ok(())
 }
 
 /// Fires the wall-clock punctuators that are due.
