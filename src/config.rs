@@ -58,6 +58,9 @@ const KEYS: &[&str] = &[
     "startup_timeout_ms",
     "scaling_headroom_percent",
     "scaling_window_ms",
+    "shed_max_lag_ms",
+    "shed_policy",
+    "shed_topic",
     "deserialization_handler",
     "processing_handler",
     "http_bind",
@@ -163,7 +166,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(key: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(key: &str, message: impl Into<String>) -> Self {
         Self {
             key: key.to_string(),
             message: message.into(),
@@ -246,6 +249,16 @@ pub struct StreamsConfig {
     /// The window over which the scaling signal measures rates, in ms
     /// (at least 1 000). Default 10 000.
     pub scaling_window_ms: u64,
+    /// Load shedding ([`crate::processor::task::shed`]): the bound on a
+    /// source record's lag (wall clock − timestamp) above which part of the
+    /// input is dropped, in ms. `None` (the default): no shedding.
+    pub shed_max_lag_ms: Option<u64>,
+    /// Which records are shed first: `sample` (default) or
+    /// `priority:<json field>`.
+    pub shed_policy: crate::processor::task::shed::ShedPolicy,
+    /// A topic shed records are written to, with headers saying why; it
+    /// must exist. Default: none (shed records are only counted).
+    pub shed_topic: Option<String>,
     /// What to do with records that cannot be deserialized or carry an
     /// invalid timestamp: `log_and_fail` (default), `log_and_continue`, or
     /// `dead_letter:<topic>`.
@@ -306,6 +319,9 @@ impl StreamsConfig {
             startup_timeout_ms: 60_000,
             scaling_headroom_percent: 20,
             scaling_window_ms: 10_000,
+            shed_max_lag_ms: None,
+            shed_policy: crate::processor::task::shed::ShedPolicy::Sample,
+            shed_topic: None,
             deserialization_handler: ErrorHandling::LogAndFail,
             processing_handler: ErrorHandling::LogAndFail,
             http_bind: None,
@@ -403,6 +419,9 @@ impl StreamsConfig {
             "startup_timeout_ms" => self.startup_timeout_ms = parse(key, value)?,
             "scaling_headroom_percent" => self.scaling_headroom_percent = parse(key, value)?,
             "scaling_window_ms" => self.scaling_window_ms = parse(key, value)?,
+            "shed_max_lag_ms" => self.shed_max_lag_ms = Some(parse(key, value)?),
+            "shed_policy" => self.shed_policy = parse(key, value)?,
+            "shed_topic" => self.shed_topic = Some(value.to_string()),
             "deserialization_handler" => self.deserialization_handler = parse_handler(key, value)?,
             "processing_handler" => self.processing_handler = parse_handler(key, value)?,
             "advertised_endpoint" => {
@@ -496,6 +515,26 @@ impl StreamsConfig {
                 "must be at least 1",
             ));
         }
+        if self.shed_max_lag_ms == Some(0) {
+            return Err(ConfigError::new("shed_max_lag_ms", "must be at least 1 ms"));
+        }
+        if self.shed_max_lag_ms.is_none()
+            && (self.shed_topic.is_some()
+                || self.shed_policy != crate::processor::task::shed::ShedPolicy::Sample)
+        {
+            let key = if self.shed_topic.is_some() {
+                "shed_topic"
+            } else {
+                "shed_policy"
+            };
+            return Err(ConfigError::new(
+                key,
+                "has no effect without shed_max_lag_ms; set shed_max_lag_ms to turn load shedding on",
+            ));
+        }
+        if self.shed_topic.as_deref() == Some("") {
+            return Err(ConfigError::new("shed_topic", "must name a topic"));
+        }
         if self.scaling_window_ms < 1_000 {
             return Err(ConfigError::new(
                 "scaling_window_ms",
@@ -571,6 +610,13 @@ impl StreamsConfig {
         task.deserialization_handler = self.deserialization_handler.clone();
         task.processing_handler = self.processing_handler.clone();
         task.cache = std::sync::Arc::new(crate::state::CacheBudget::new(self.cache_max_bytes));
+        task.shedding =
+            self.shed_max_lag_ms
+                .map(|max_lag_ms| crate::processor::task::shed::Shedding {
+                    max_lag_ms: max_lag_ms as i64,
+                    policy: self.shed_policy.clone(),
+                    topic: self.shed_topic.clone(),
+                });
         task
     }
 
@@ -714,6 +760,35 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn shedding_is_off_unless_a_bound_is_given_and_its_other_keys_need_one() {
+        let c = StreamsConfig::new("app", "localhost:9092");
+        assert_eq!(c.task_config().shedding, None);
+        let mut c = StreamsConfig::new("app", "localhost:9092");
+        c.set("shed_max_lag_ms", "500").unwrap();
+        c.set("shed_policy", "priority:level").unwrap();
+        c.set("shed_topic", "shed").unwrap();
+        c.validate().unwrap();
+        let shedding = c.task_config().shedding.unwrap();
+        assert_eq!(shedding.max_lag_ms, 500);
+        assert_eq!(shedding.topic.as_deref(), Some("shed"));
+        let e = c.set("shed_policy", "random").unwrap_err().to_string();
+        assert!(
+            e.contains("shed_policy") && e.contains("priority:<json field>"),
+            "{e}"
+        );
+        let mut c = StreamsConfig::new("app", "localhost:9092");
+        c.set("shed_topic", "shed").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("shed_topic") && e.contains("set shed_max_lag_ms"),
+            "{e}"
+        );
+        c.set("shed_max_lag_ms", "0").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("shed_max_lag_ms"), "{e}");
     }
 
     fn base() -> Vec<(&'static str, &'static str)> {

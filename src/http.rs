@@ -12,8 +12,10 @@
 //! | `GET /metrics` | every series of [`crate::metrics::Metrics`], Prometheus text format 0.0.4 |
 //! | `GET /health/live` | 200 unless the instance failed (`PendingError`/`Error`: 503) |
 //! | `GET /health/ready` | 200 only when the state is `Running` and no task is restoring; else 503. Body: `{"ready":…,"state":…,"restoring_tasks":…}` |
-//! | `GET /topology` | the topology description (`?format=mermaid` for Mermaid) |
+//! | `GET /topology` | the topology description (`?format=mermaid` for Mermaid, `?format=json` for JSON) |
 //! | `GET /scaling` | the scaling recommendation and its inputs ([`crate::metrics::scaling`]); 503 before the first window |
+//! | `GET /live` | rates per processor node, drops per sub-topology, lag per partition over the last 2 s ([`crate::metrics::live`]), the state and the scaling answer; 503 before the first interval |
+//! | `GET /ui` (and `/`) | the live page: the topology as a graph with those figures, refreshed every 2 s; self-contained (no assets from elsewhere) |
 //!
 //! The server speaks just enough HTTP/1.1 for probes and scrapers: one
 //! request per connection (`Connection: close`), `GET` and `HEAD`, request
@@ -34,12 +36,16 @@ use crate::runtime::{AppState, StateCell};
 const MAX_HEAD: usize = 16 * 1024;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The live page (`GET /ui`): HTML, CSS and script in one file.
+const LIVE_PAGE: &str = include_str!("ui/live.html");
+
 /// What the endpoints read.
 pub(crate) struct Endpoints {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) state: Arc<StateCell>,
     pub(crate) topology_text: String,
     pub(crate) topology_mermaid: String,
+    pub(crate) topology_json: String,
     /// Interactive queries (`/stores`).
     pub(crate) stores: Arc<crate::runtime::StoreService>,
     /// The scaling signal (`/scaling`).
@@ -81,7 +87,7 @@ impl HttpServer {
                     }
                 })
             })?;
-        tracing::info!(%addr, "HTTP server listening (/metrics, /health/live, /health/ready, /topology, /scaling, /stores)");
+        tracing::info!(%addr, "HTTP server listening (/ui, /metrics, /health/live, /health/ready, /topology, /scaling, /live, /stores)");
         Ok(HttpServer {
             addr,
             stop: Some(stop),
@@ -198,6 +204,15 @@ impl Response {
         }
     }
 
+    fn json(status: u16, body: String) -> Self {
+        Response {
+            status,
+            content_type: "application/json",
+            body,
+            retry_after: status == 503,
+        }
+    }
+
     fn json_answer(answer: crate::runtime::StoreAnswer) -> Self {
         Response {
             status: answer.status,
@@ -277,25 +292,41 @@ fn respond(endpoints: &Endpoints, head: &[u8]) -> Response {
         "/topology" if query.split('&').any(|q| q == "format=mermaid") => {
             Response::text(200, endpoints.topology_mermaid.clone())
         }
+        "/topology" if query.split('&').any(|q| q == "format=json") => {
+            Response::json(200, endpoints.topology_json.clone())
+        }
+        "/" | "/ui" => Response {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            body: LIVE_PAGE.to_string(),
+            retry_after: false,
+        },
+        "/live" => {
+            let state = endpoints.state.get();
+            match endpoints.scaling.live() {
+                Some(mut body) => {
+                    body["state"] = serde_json::json!(format!("{state:?}"));
+                    body["scaling"] = endpoints.scaling.latest().unwrap_or_default();
+                    Response::json(200, format!("{body}\n"))
+                }
+                None => Response::json(
+                    503,
+                    format!("{{\"state\":\"{state:?}\",\"reason\":\"the first live interval has not passed\"}}\n"),
+                ),
+            }
+        }
         "/topology" => Response::text(200, endpoints.topology_text.clone()),
         "/scaling" => match endpoints.scaling.latest() {
-            Some(body) => Response {
-                status: 200,
-                content_type: "application/json",
-                body: format!("{body}\n"),
-                retry_after: false,
-            },
-            None => Response {
-                status: 503,
-                content_type: "application/json",
-                body: "{\"recommended_instances\":null,\"reason\":\"the first scaling window (scaling_window_ms) has not passed\"}\n".into(),
-                retry_after: true,
-            },
+            Some(body) => Response::json(200, format!("{body}\n")),
+            None => Response::json(
+                503,
+                "{\"recommended_instances\":null,\"reason\":\"the first scaling window (scaling_window_ms) has not passed\"}\n".into(),
+            ),
         },
         _ => Response::text(
             404,
             format!(
-                "no such path {path}; try /metrics, /health/live, /health/ready, /topology, /scaling, /stores\n"
+                "no such path {path}; try /ui, /metrics, /health/live, /health/ready, /topology, /scaling, /live, /stores\n"
             ),
         ),
     }

@@ -95,6 +95,8 @@ impl TopologyTestDriver {
             processing_handler: config.processing_handler.clone(),
             globals,
             cache: Arc::new(crate::state::CacheBudget::new(config.cache_max_bytes)),
+            // Shedding follows the wall clock, which the driver fakes.
+            shedding: None,
         };
         let mut topics = Topics {
             partition_counts: config.partition_counts.clone(),

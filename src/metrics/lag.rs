@@ -49,13 +49,13 @@ impl LagMeter {
             .unwrap_or_else(|p| p.into_inner());
         for (topic, t) in &statistics.topics {
             for p in t.partitions.values() {
-                if let Some(lag) = partition_lag(p) {
+                if let Some((lag, end)) = partition_lag(p) {
                     let partition = p.partition.to_string();
                     self.metrics
                         .consumer_lag
                         .with_label_values(&[topic.as_str(), partition.as_str()])
                         .set(lag);
-                    seen.insert((topic.clone(), p.partition), (lag, at));
+                    seen.insert((topic.clone(), p.partition), (lag, end, at));
                     now.insert((topic.clone(), p.partition));
                 }
             }
@@ -72,8 +72,9 @@ impl LagMeter {
     }
 }
 
-/// The lag of one partition of a consumer's statistics, when known.
-fn partition_lag(p: &Partition) -> Option<i64> {
+/// The lag and the end offset of one partition of a consumer's
+/// statistics, when known.
+fn partition_lag(p: &Partition) -> Option<(i64, i64)> {
     if p.partition < 0 || !p.desired {
         return None;
     }
@@ -87,7 +88,7 @@ fn partition_lag(p: &Partition) -> Option<i64> {
     } else {
         p.committed_offset
     };
-    (end >= 0 && position >= 0).then(|| (end - position).max(0))
+    (end >= 0 && position >= 0).then(|| ((end - position).max(0), end))
 }
 
 #[cfg(test)]
@@ -108,14 +109,14 @@ mod tests {
 
     #[test]
     fn lag_is_last_stable_offset_minus_position() {
-        assert_eq!(partition_lag(&partition(40, -1001, 90)), Some(50));
-        assert_eq!(partition_lag(&partition(-1001, 10, 90)), Some(80));
+        assert_eq!(partition_lag(&partition(40, -1001, 90)), Some((50, 90)));
+        assert_eq!(partition_lag(&partition(-1001, 10, 90)), Some((80, 90)));
         assert_eq!(
             partition_lag(&partition(-1001, -1001, 90)),
             None,
             "no position"
         );
-        assert_eq!(partition_lag(&partition(95, -1001, -1)), Some(5));
+        assert_eq!(partition_lag(&partition(95, -1001, -1)), Some((5, 100)));
         let revoked = Partition {
             desired: false,
             ..partition(40, -1001, 90)

@@ -21,9 +21,11 @@
 //! | `weir_partition_output_gap_seconds` | histogram | `topic`, `partition` | per input partition, time between two commits that carried its progress (under exactly-once: time its output was not visible); across a move, measured on the new owner from the previous owner's last commit (kept in the offset metadata) |
 //! | `weir_task_processed_records_total` | counter | `task` | input records processed by the task |
 //! | `weir_task_e2e_latency_seconds` | histogram | `task` | end of processing of the record (its outputs handed to the producer) − record timestamp; one sample per record the task finished, skipped ones included |
-//! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `deserialization_error`, `processing_error`) | records not processed |
+//! | `weir_task_dropped_records_total` | counter | `task`, `reason` (`late`, `shed`, `deserialization_error`, `processing_error`) | records not processed (`shed`: by load shedding, `processor::task::shed`) |
 //! | `weir_task_busy_ratio` | gauge | `task` | time processing ÷ wall time over the last window of ≥ 1 s |
 //! | `weir_task_busy_seconds_total` | counter | `task` | time spent processing records; `rate(processed) / rate(busy)` is the task's true processing rate |
+//! | `weir_node_processed_records_total` | counter | `subtopology`, `node` | records a processor node took (over the instance's tasks) |
+//! | `weir_node_busy_seconds_total` | counter | `subtopology`, `node` | time in the node itself, children excluded, estimated from one record in 16; `rate(processed) / rate(busy)` is the node's true rate |
 //! | `weir_subtopology_input_rate_records_per_second` | gauge | `subtopology` | input arriving at the sub-topology's partitions owned here (processed rate + lag growth), over the last scaling window ([`scaling`]) |
 //! | `weir_subtopology_true_rate_records_per_second` | gauge | `subtopology` | records processed per busy second by its tasks here: one thread's capacity |
 //! | `weir_recommended_instances` | gauge | – | instances needed to keep up with the input plus headroom ([`scaling`], `GET /scaling`); 0 before the first window |
@@ -55,6 +57,7 @@
 //!   the new owner; `rate()` handles that).
 
 mod lag;
+pub mod live;
 mod restore;
 pub mod scaling;
 pub mod store;
@@ -91,6 +94,8 @@ pub struct Metrics {
     pub(crate) task_dropped: IntCounterVec,
     pub(crate) task_busy_ratio: prometheus::GaugeVec,
     pub(crate) task_busy_seconds: prometheus::CounterVec,
+    pub(crate) node_processed: IntCounterVec,
+    pub(crate) node_busy_seconds: prometheus::CounterVec,
     pub(crate) subtopology_input_rate: prometheus::GaugeVec,
     pub(crate) subtopology_true_rate: prometheus::GaugeVec,
     pub(crate) recommended_instances: IntGauge,
@@ -105,13 +110,15 @@ pub struct Metrics {
     pub(crate) standby_applied: IntCounter,
     pub(crate) standby_takeovers: IntCounter,
     pub(crate) consumer_lag: IntGaugeVec,
-    /// The last lag of each (topic, partition) and when its statistics
-    /// came (the scaling signal needs the time: statistics lag the gauge
-    /// readers by up to an interval).
-    pub(crate) lag_seen:
-        std::sync::Mutex<std::collections::BTreeMap<(String, i32), (i64, std::time::Instant)>>,
+    /// The last lag and end offset of each (topic, partition) and when
+    /// its statistics came (the scaling signal needs the time: statistics
+    /// lag the gauge readers by up to an interval).
+    pub(crate) lag_seen: std::sync::Mutex<LagSeen>,
     pub(crate) produced: IntCounterVec,
 }
+
+/// Per (topic, partition): the last lag, end offset and statistics time.
+pub(crate) type LagSeen = std::collections::BTreeMap<(String, i32), (i64, i64, std::time::Instant)>;
 
 /// Latency buckets from 100 µs to about 105 s, doubling.
 fn latency_buckets() -> Vec<f64> {
@@ -262,7 +269,7 @@ impl Metrics {
             ),
             task_dropped: counter(
                 "weir_task_dropped_records_total",
-                "Records not processed, by reason (late, deserialization_error, processing_error).",
+                "Records not processed, by reason (late, shed, deserialization_error, processing_error).",
                 &["task", "reason"],
             ),
             task_busy_ratio: float_gauge(
@@ -277,6 +284,23 @@ impl Metrics {
                         "Time the task spent processing records (its busy time); processed records divided by busy seconds is the task's true processing rate.",
                     ),
                     &["task"],
+                )
+                .expect("valid counter");
+                register(Box::new(family.clone()), false);
+                family
+            },
+            node_processed: counter(
+                "weir_node_processed_records_total",
+                "Records a processor node took, over the instance's tasks.",
+                &["subtopology", "node"],
+            ),
+            node_busy_seconds: {
+                let family = prometheus::CounterVec::new(
+                    Opts::new(
+                        "weir_node_busy_seconds_total",
+                        "Time spent in a processor node itself (its children excluded), over the instance's tasks; estimated from one record in 16. Records divided by busy seconds is the node's true processing rate.",
+                    ),
+                    &["subtopology", "node"],
                 )
                 .expect("valid counter");
                 register(Box::new(family.clone()), false);
@@ -403,7 +427,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 30, "{names:?}");
+        assert_eq!(metrics.families.len(), 32, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

@@ -11,9 +11,12 @@
 //!   what one stream thread processes per second while it does nothing
 //!   else. Busy time is measured around the processing of each run of
 //!   records, so polls, commits and waits for input do not count.
-//! * **input rate** `λ_s` = processed per second + growth of the consumer
-//!   lag of its source partitions per second (`weir_consumer_lag_records`):
-//!   what arrives, whether or not it is processed.
+//! * **input rate** `λ_s` = growth of the end offsets (last stable offset,
+//!   or high watermark) of its source partitions per second, from the same
+//!   statistics as `weir_consumer_lag_records`: what arrives, whether or
+//!   not it is processed. (Processed plus lag growth would be the same in
+//!   the long run, but the consumer's position moves in fetches of up to
+//!   `buffered_records_per_partition` records, which a 10 s window sees.)
 //! * **threads needed** `n_s = λ_s × (1 + headroom) ÷ μ_s` on this
 //!   instance's partitions, scaled to all partitions of `s`
 //!   (`× tasks_total ÷ tasks_here`, assuming the partitions carry equal
@@ -60,21 +63,28 @@ pub struct Sample {
     /// Per task (`"<subtopology>_<partition>"`): records processed and busy
     /// seconds, since the task opened here.
     pub tasks: BTreeMap<String, (f64, f64)>,
-    /// Consumer lag per (topic, partition), and when librdkafka's
-    /// statistics reported it.
-    pub lag: BTreeMap<(String, i32), (f64, Instant)>,
+    /// Per (topic, partition): consumer lag, end offset (last stable
+    /// offset, or high watermark), and when librdkafka's statistics
+    /// reported them.
+    pub lag: BTreeMap<(String, i32), (f64, f64, Instant)>,
+    /// Per (sub-topology, node): records taken and busy seconds.
+    pub nodes: BTreeMap<(u32, String), (f64, f64)>,
+    /// Per (sub-topology, reason): records dropped, over its tasks here.
+    pub drops: BTreeMap<(u32, String), f64>,
 }
 
 impl Sample {
     /// Reads the instance's series.
     pub fn read(metrics: &Metrics) -> Sample {
         let mut tasks: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        let mut nodes: BTreeMap<(u32, String), (f64, f64)> = BTreeMap::new();
+        let mut drops: BTreeMap<(u32, String), f64> = BTreeMap::new();
         let lag = metrics
             .lag_seen
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|(k, &(lag, at))| (k.clone(), (lag as f64, at)))
+            .map(|(k, &(lag, end, at))| (k.clone(), (lag as f64, end as f64, at)))
             .collect();
         for family in metrics.registry().gather() {
             let name = family.name();
@@ -86,6 +96,27 @@ impl Sample {
                         .map(|l| l.value().to_string())
                 };
                 match name {
+                    "weir_node_processed_records_total" | "weir_node_busy_seconds_total" => {
+                        let (Some(sub), Some(node)) = (label("subtopology"), label("node")) else {
+                            continue;
+                        };
+                        let Ok(sub) = sub.parse() else { continue };
+                        let entry = nodes.entry((sub, node)).or_default();
+                        if name == "weir_node_processed_records_total" {
+                            entry.0 = m.get_counter().get_value();
+                        } else {
+                            entry.1 = m.get_counter().get_value();
+                        }
+                    }
+                    "weir_task_dropped_records_total" => {
+                        let (Some(task), Some(reason)) = (label("task"), label("reason")) else {
+                            continue;
+                        };
+                        let Some(sub) = subtopology_of_task(&task) else {
+                            continue;
+                        };
+                        *drops.entry((sub, reason)).or_default() += m.get_counter().get_value();
+                    }
                     "weir_task_processed_records_total" | "weir_task_busy_seconds_total" => {
                         let Some(task) = label("task") else { continue };
                         let entry = tasks.entry(task).or_default();
@@ -103,6 +134,8 @@ impl Sample {
             at: Instant::now(),
             tasks,
             lag,
+            nodes,
+            drops,
         }
     }
 }
@@ -155,7 +188,7 @@ pub struct SubtopologyLoad {
     pub lag: f64,
     /// Lag growth per second over the window.
     pub lag_growth: f64,
-    /// Input arriving here per second.
+    /// Input arriving here per second (end offset growth).
     pub input_rate: f64,
     /// Threads all its partitions need (capped at `tasks_total`); `None`
     /// when input arrives but nothing was processed to measure a rate.
@@ -166,7 +199,7 @@ pub struct SubtopologyLoad {
 
 /// The counter delta between two samples: a counter that went down was
 /// reset (the task closed and opened again) and counts from 0.
-fn delta(before: Option<f64>, after: f64) -> f64 {
+pub(crate) fn delta(before: Option<f64>, after: f64) -> f64 {
     match before {
         Some(b) if b <= after => after - b,
         _ => after,
@@ -196,7 +229,7 @@ fn lag_known(inputs: &ScalingInputs, before: &Sample, after: &Sample) -> bool {
             .all(|(topic, _)| {
                 let key = (topic.clone(), partition);
                 match (before.lag.get(&key), after.lag.get(&key)) {
-                    (Some((_, was)), Some((_, at))) => at > was,
+                    (Some((_, _, was)), Some((_, _, at))) => at > was,
                     _ => false,
                 }
             })
@@ -247,21 +280,22 @@ pub fn recommend(
         }
         // Each partition's growth over the time between its two
         // statistics (not the window: statistics come every few seconds).
-        let (mut lag, mut lag_growth) = (0.0, 0.0);
-        for ((topic, partition), &(now, at)) in &after.lag {
+        let (mut lag, mut lag_growth, mut arrival) = (0.0, 0.0, 0.0);
+        for ((topic, partition), &(now, end, at)) in &after.lag {
             if inputs.subtopology_of_topic.get(topic) != Some(&id) {
                 continue;
             }
             lag += now;
-            if let Some(&(then, was)) = before.lag.get(&(topic.clone(), *partition)) {
+            if let Some(&(then, end_then, was)) = before.lag.get(&(topic.clone(), *partition)) {
                 let span = at.saturating_duration_since(was).as_secs_f64();
                 if span > 0.0 {
                     lag_growth += (now - then) / span;
+                    arrival += (end - end_then).max(0.0) / span;
                 }
             }
         }
         let processed_rate = processed / dt;
-        let input_rate = (processed_rate + lag_growth).max(0.0);
+        let input_rate = arrival;
         let true_rate = (busy > 0.0 && processed > 0.0).then(|| processed / busy);
         let share = if tasks_here > 0 {
             f64::from(tasks_total) / tasks_here as f64
@@ -331,23 +365,39 @@ impl Recommendation {
                 "threads_needed": s.threads.map(round),
                 "capped_by_partitions": s.capped_by_partitions,
             })).collect::<Vec<_>>(),
-            "model": "threads_needed = input_rate * (1 + headroom) / true_rate_per_thread, scaled from this instance's tasks to all, capped at the partition count; tasks are whole, so a sub-topology takes ceil(tasks / floor(tasks / threads_needed)) threads; instances = ceil(max(ceil(sum of threads_needed), max of those) / threads_per_instance)",
+            "model": "input_rate = growth of the source partitions' end offsets; true_rate_per_thread = records processed per busy second; threads_needed = input_rate * (1 + headroom) / true_rate_per_thread, scaled from this instance's tasks to all, capped at the partition count; tasks are whole, so a sub-topology takes ceil(tasks / floor(tasks / threads_needed)) threads; instances = ceil(max(ceil(sum of threads_needed), max of those) / threads_per_instance)",
         })
     }
 }
 
-/// The latest answer, for `GET /scaling`.
+/// The latest answer, for `GET /scaling`, and the latest live snapshot
+/// (`GET /live`, [`super::live`]).
 #[derive(Default)]
-pub struct ScalingView(Mutex<Option<Value>>);
+pub struct ScalingView {
+    scaling: Mutex<Option<Value>>,
+    live: Mutex<Option<Value>>,
+}
 
 impl ScalingView {
     /// The latest `GET /scaling` body, `None` before the first window.
     pub fn latest(&self) -> Option<Value> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.scaling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The latest live snapshot, `None` before the first.
+    pub fn live(&self) -> Option<Value> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn set(&self, body: Value) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(body);
+        *self.scaling.lock().unwrap_or_else(|p| p.into_inner()) = Some(body);
+    }
+
+    fn set_live(&self, body: Value) {
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(body);
     }
 }
 
@@ -365,8 +415,14 @@ pub(crate) fn start(
         .name("weir-scaling".into())
         .spawn(move || {
             let mut before = Sample::read(&metrics);
+            let mut live_before = before.clone();
             while !shutdown.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
+                if live_before.at.elapsed() >= super::live::INTERVAL {
+                    let now = Sample::read(&metrics);
+                    view.set_live(super::live::snapshot(&live_before, &now));
+                    live_before = now;
+                }
                 if before.at.elapsed() < window {
                     continue;
                 }
@@ -409,8 +465,9 @@ mod tests {
         }
     }
 
-    /// A sample at `at` whose lag statistics came at the same moment.
-    fn sample(at: Instant, tasks: &[(&str, f64, f64)], lag: &[(&str, i32, f64)]) -> Sample {
+    /// A sample at `at` whose lag statistics came at the same moment; `lag`
+    /// holds (topic, partition, lag, end offset).
+    fn sample(at: Instant, tasks: &[(&str, f64, f64)], lag: &[(&str, i32, f64, f64)]) -> Sample {
         Sample {
             at,
             tasks: tasks
@@ -419,8 +476,10 @@ mod tests {
                 .collect(),
             lag: lag
                 .iter()
-                .map(|(t, p, l)| ((t.to_string(), *p), (*l, at)))
+                .map(|(t, p, l, e)| ((t.to_string(), *p), (*l, *e, at)))
                 .collect(),
+            nodes: BTreeMap::new(),
+            drops: BTreeMap::new(),
         }
     }
 
@@ -429,16 +488,17 @@ mod tests {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(10);
         // Sub-topology 0, all 4 tasks here: 10,000 records in 10 s, busy
-        // 10 s in all (one thread saturated), true rate 1,000/s; the lag
-        // grew by 20,000: input 3,000/s. Sub-topology 1: idle.
+        // 10 s in all (one thread saturated), true rate 1,000/s; the end
+        // offsets grew by 30,000 (the lag by 20,000): input 3,000/s.
+        // Sub-topology 1: idle.
         let before = sample(
             t0,
             &[("0_0", 0.0, 0.0), ("0_1", 0.0, 0.0)],
             &[
-                ("in", 0, 100.0),
-                ("in", 1, 0.0),
-                ("in", 2, 0.0),
-                ("in", 3, 0.0),
+                ("in", 0, 100.0, 100.0),
+                ("in", 1, 0.0, 0.0),
+                ("in", 2, 0.0, 0.0),
+                ("in", 3, 0.0, 0.0),
             ],
         );
         let after = sample(
@@ -450,10 +510,10 @@ mod tests {
                 ("0_3", 0.0, 0.0),
             ],
             &[
-                ("in", 0, 10_100.0),
-                ("in", 1, 10_000.0),
-                ("in", 2, 0.0),
-                ("in", 3, 0.0),
+                ("in", 0, 10_100.0, 15_100.0),
+                ("in", 1, 10_000.0, 15_000.0),
+                ("in", 2, 0.0, 0.0),
+                ("in", 3, 0.0, 0.0),
             ],
         );
         let r = recommend(&inputs(1), &before, &after).unwrap();
@@ -481,12 +541,12 @@ mod tests {
     #[test]
     fn more_threads_than_partitions_are_capped_and_said_so() {
         let t0 = Instant::now();
-        let before = sample(t0, &[], &[("rep", 0, 900.0)]);
+        let before = sample(t0, &[], &[("rep", 0, 900.0, 900.0)]);
         // Half the partitions here, input 1.2 × 2 × the true rate.
         let after = sample(
             t0 + Duration::from_secs(1),
             &[("1_0", 100.0, 1.0)],
-            &[("rep", 0, 900.0)],
+            &[("rep", 0, 900.0, 1_000.0)],
         );
         let r = recommend(&inputs(1), &before, &after).unwrap();
         let s1 = &r.subtopologies[1];
@@ -503,32 +563,32 @@ mod tests {
     #[test]
     fn lag_growth_is_measured_between_the_statistics_not_over_the_window() {
         let t0 = Instant::now();
-        let mut before = sample(t0, &[("0_0", 0.0, 0.0)], &[("in", 0, 0.0)]);
+        let mut before = sample(t0, &[("0_0", 0.0, 0.0)], &[("in", 0, 0.0, 0.0)]);
         let mut after = sample(
             t0 + Duration::from_secs(10),
             &[("0_0", 1_000.0, 1.0)],
-            &[("in", 0, 5_000.0)],
+            &[("in", 0, 5_000.0, 5_500.0)],
         );
         // The statistics came 5 s apart within the 10 s window.
-        before.lag.get_mut(&("in".to_string(), 0)).unwrap().1 = t0 + Duration::from_secs(3);
-        after.lag.get_mut(&("in".to_string(), 0)).unwrap().1 = t0 + Duration::from_secs(8);
+        before.lag.get_mut(&("in".to_string(), 0)).unwrap().2 = t0 + Duration::from_secs(3);
+        after.lag.get_mut(&("in".to_string(), 0)).unwrap().2 = t0 + Duration::from_secs(8);
         let r = recommend(&inputs(1), &before, &after).unwrap();
         let s0 = &r.subtopologies[0];
         assert!((s0.lag_growth - 1_000.0).abs() < 1e-6, "{}", s0.lag_growth);
         assert!((s0.input_rate - 1_100.0).abs() < 1e-6, "{}", s0.input_rate);
         // No new statistics in the window: no answer.
-        after.lag.get_mut(&("in".to_string(), 0)).unwrap().1 = t0 + Duration::from_secs(3);
+        after.lag.get_mut(&("in".to_string(), 0)).unwrap().2 = t0 + Duration::from_secs(3);
         assert_eq!(recommend(&inputs(1), &before, &after), None);
     }
 
     #[test]
     fn a_window_in_which_a_partition_arrived_gives_no_answer() {
         let t0 = Instant::now();
-        let before = sample(t0, &[("0_0", 0.0, 0.0)], &[("in", 0, 0.0)]);
+        let before = sample(t0, &[("0_0", 0.0, 0.0)], &[("in", 0, 0.0, 0.0)]);
         let after = sample(
             t0 + Duration::from_secs(10),
             &[("0_0", 100.0, 0.1), ("0_1", 100.0, 0.1)],
-            &[("in", 0, 0.0), ("in", 1, 5_000.0)],
+            &[("in", 0, 0.0, 100.0), ("in", 1, 5_000.0, 5_000.0)],
         );
         assert_eq!(recommend(&inputs(1), &before, &after), None);
     }
@@ -536,11 +596,11 @@ mod tests {
     #[test]
     fn an_idle_application_needs_one_instance_and_a_reset_counter_counts_from_zero() {
         let t0 = Instant::now();
-        let before = sample(t0, &[("0_0", 500.0, 1.0)], &[("in", 0, 0.0)]);
+        let before = sample(t0, &[("0_0", 500.0, 1.0)], &[("in", 0, 0.0, 500.0)]);
         let after = sample(
             t0 + Duration::from_secs(10),
             &[("0_0", 0.0, 0.0)],
-            &[("in", 0, 0.0)],
+            &[("in", 0, 0.0, 500.0)],
         );
         let r = recommend(&inputs(1), &before, &after).unwrap();
         assert_eq!(r.instances, 1);
@@ -549,7 +609,7 @@ mod tests {
         let after = sample(
             t0 + Duration::from_secs(10),
             &[("0_0", 100.0, 0.1)],
-            &[("in", 0, 0.0)],
+            &[("in", 0, 0.0, 500.0)],
         );
         let r = recommend(&inputs(1), &before, &after).unwrap();
         assert!((r.subtopologies[0].true_rate.unwrap() - 1_000.0).abs() < 1e-6);

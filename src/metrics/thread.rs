@@ -27,6 +27,7 @@ struct TaskMeter {
     label: String,
     processed: IntCounter,
     late: IntCounter,
+    shed: IntCounter,
     deserialization: IntCounter,
     processing: IntCounter,
     e2e: LocalHistogram,
@@ -37,6 +38,9 @@ struct TaskMeter {
     busy_unpublished: Duration,
     /// The task's counters as last published.
     seen: TaskMetrics,
+    /// Per node (topological order): records and busy seconds as last
+    /// published.
+    nodes_seen: Vec<(u64, f64)>,
 }
 
 /// Metric handles of one stream thread; see the module docs.
@@ -58,6 +62,8 @@ pub struct ThreadMeter {
     /// `weir_partition_output_gap_seconds` per assigned input partition.
     output_gaps: std::collections::HashMap<(String, i32), Histogram>,
     tasks: BTreeMap<TaskId, TaskMeter>,
+    /// Handles of `weir_node_*` per (sub-topology, node name).
+    nodes: std::collections::HashMap<(u32, String), (IntCounter, prometheus::Counter)>,
     /// The task of the open segment, when it has a meter.
     current: Option<TaskId>,
     segment_start: Instant,
@@ -95,6 +101,7 @@ impl ThreadMeter {
             }),
             output_gaps: std::collections::HashMap::new(),
             tasks: BTreeMap::new(),
+            nodes: std::collections::HashMap::new(),
             current: None,
             segment_start: Instant::now(),
             timestamps: Vec::with_capacity(1024),
@@ -135,6 +142,7 @@ impl ThreadMeter {
         TaskMeter {
             processed: m.task_processed.with_label_values(&[label.as_str()]),
             late: dropped("late"),
+            shed: dropped("shed"),
             deserialization: dropped("deserialization_error"),
             processing: dropped("processing_error"),
             e2e: m
@@ -146,6 +154,7 @@ impl ThreadMeter {
             busy: Duration::ZERO,
             busy_unpublished: Duration::ZERO,
             seen: TaskMetrics::default(),
+            nodes_seen: Vec::new(),
             label,
         }
     }
@@ -198,6 +207,7 @@ impl ThreadMeter {
             meter
                 .late
                 .inc_by(delta(counters.late_dropped, seen.late_dropped));
+            meter.shed.inc_by(delta(counters.shed, seen.shed));
             meter.deserialization.inc_by(delta(
                 counters.skipped_deserialization,
                 seen.skipped_deserialization,
@@ -226,6 +236,35 @@ impl ThreadMeter {
                 meter.busy = Duration::ZERO;
             }
             self.window_start = now;
+        }
+    }
+
+    /// Publishes task `id`'s per-node counters (from
+    /// [`crate::processor::TaskInstance::node_metrics`]) since the last call.
+    pub fn nodes_done(&mut self, id: TaskId, nodes: &[crate::processor::NodeMetrics<'_>]) {
+        let Some(meter) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        meter.nodes_seen.resize(nodes.len(), (0, 0.0));
+        for (node, seen) in nodes.iter().zip(meter.nodes_seen.iter_mut()) {
+            let records = node.records.saturating_sub(seen.0);
+            let busy = (node.busy_seconds - seen.1).max(0.0);
+            *seen = (node.records, node.busy_seconds);
+            if records == 0 && busy == 0.0 {
+                continue;
+            }
+            let key = (id.subtopology, node.name.to_string());
+            let metrics = &self.metrics;
+            let (processed, busy_seconds) = self.nodes.entry(key).or_insert_with(|| {
+                let labels = [id.subtopology.to_string(), node.name.to_string()];
+                let labels = [labels[0].as_str(), labels[1].as_str()];
+                (
+                    metrics.node_processed.with_label_values(&labels),
+                    metrics.node_busy_seconds.with_label_values(&labels),
+                )
+            });
+            processed.inc_by(records);
+            busy_seconds.inc_by(busy);
         }
     }
 
@@ -320,7 +359,7 @@ impl ThreadMeter {
             let _ = m.task_e2e_seconds.remove_label_values(&task);
             let _ = m.task_busy_ratio.remove_label_values(&task);
             let _ = m.task_busy_seconds.remove_label_values(&task);
-            for reason in ["late", "deserialization_error", "processing_error"] {
+            for reason in ["late", "shed", "deserialization_error", "processing_error"] {
                 let _ = m
                     .task_dropped
                     .remove_label_values(&[meter.label.as_str(), reason]);

@@ -19,7 +19,8 @@ pub enum OutputKind {
     Repartition,
     /// The changelog record of a logged store write.
     Changelog,
-    /// A record rejected by an error handler configured to dead-letter.
+    /// A record rejected by an error handler configured to dead-letter, or
+    /// shed by load shedding to its topic.
     DeadLetter,
 }
 

@@ -31,6 +31,26 @@ pub(crate) struct NodeSlot {
     pub(crate) children: Vec<usize>,
     pub(crate) stores: Vec<usize>,
     pub(crate) runtime: RefCell<Box<dyn ErasedNode>>,
+    pub(crate) stats: NodeStats,
+}
+
+/// What one node of a task did: records it took, and the time its calls
+/// took (children included) for the records whose processing was timed.
+#[derive(Default)]
+pub(crate) struct NodeStats {
+    pub(crate) records: Cell<u64>,
+    pub(crate) timed_ns: Cell<u64>,
+}
+
+impl NodeStats {
+    /// Counts one record; adds the call's time when it was timed.
+    pub(crate) fn note(&self, started: Option<std::time::Instant>) {
+        self.records.set(self.records.get() + 1);
+        if let Some(started) = started {
+            let ns = started.elapsed().as_nanos() as u64;
+            self.timed_ns.set(self.timed_ns.get() + ns);
+        }
+    }
 }
 
 /// Pending changes to the task's schedules made during a call.
@@ -73,6 +93,9 @@ pub(crate) struct Frame<'a> {
     pub(crate) late_records: Cell<u64>,
     /// The instance's record cache budget.
     pub(crate) cache: &'a std::sync::Arc<crate::state::CacheBudget>,
+    /// Whether this call's node processing is timed (one record in
+    /// [`crate::processor::task::NODE_SAMPLE`]).
+    pub(crate) timed: bool,
 }
 
 impl<'a> Frame<'a> {
@@ -90,7 +113,9 @@ impl<'a> Frame<'a> {
             .runtime
             .try_borrow_mut()
             .expect("processor graph is acyclic, so a node is never re-entered");
+        let started = self.timed.then(std::time::Instant::now);
         let result = runtime.process(self, node, input);
+        slot.stats.note(started);
         if result.is_err() && self.failed_node.get().is_none() {
             self.failed_node.set(Some(node));
         }

@@ -48,7 +48,9 @@ pub use error::{KeyOrValue, ProcessorError, TaskError};
 pub use punctuation::{PunctuationType, ScheduleId};
 pub use record::{Change, Header, Headers, Record, RecordMetadata};
 pub use store::{Retention, StoreKind, StoreProvider, StoreSpec};
-pub use task::{InputRecord, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState};
+pub use task::{
+    InputRecord, NodeMetrics, TaskConfig, TaskId, TaskInstance, TaskMetrics, TaskState,
+};
 pub use typed::KeyValueStoreHandle;
 pub use windowed::{SessionStoreHandle, WindowStoreHandle};
 

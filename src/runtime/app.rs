@@ -169,6 +169,14 @@ impl KafkaStreams {
         let metadata = super::clients::metadata_client(config)?;
         let existing =
             topics::wait_for_cluster(&metadata, Duration::from_millis(config.startup_timeout_ms))?;
+        if let Some(topic) = &config.shed_topic
+            && !existing.contains_key(topic)
+        {
+            return Err(StreamsError::Config(crate::config::ConfigError::new(
+                "shed_topic",
+                format!("topic '{topic}' does not exist; create it before starting"),
+            )));
+        }
         let layout = topics::plan(&self.topology, &config.application_id, &existing)?;
         let admin = super::clients::admin(config)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -211,6 +219,7 @@ impl KafkaStreams {
             state: self.state.clone(),
             topology_text: description.to_string(),
             topology_mermaid: description.to_mermaid(),
+            topology_json: format!("{}\n", description.to_json()),
             scaling: self.scaling.clone(),
         };
         let server = HttpServer::start(bind, endpoints).map_err(|source| StreamsError::Io {

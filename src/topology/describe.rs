@@ -185,6 +185,37 @@ fn label(text: &str) -> String {
 }
 
 impl TopologyDescription {
+    /// The description as JSON: `{"subtopologies": [{"id", "nodes": [{"name",
+    /// "kind" (source, processor, sink), "topics", "stores", "successors"}]}],
+    /// "global_stores": [{"store", "topic"}]}` (the live page draws it).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let node = |n: &NodeDescription| {
+            let (kind, topics, stores) = match &n.kind {
+                NodeKindDescription::Source { topics } => ("source", topics.clone(), vec![]),
+                NodeKindDescription::Processor { stores } => ("processor", vec![], stores.clone()),
+                NodeKindDescription::Sink { topic, .. } => ("sink", vec![topic.clone()], vec![]),
+            };
+            json!({
+                "name": n.name,
+                "kind": kind,
+                "topics": topics,
+                "stores": stores,
+                "successors": n.successors,
+            })
+        };
+        json!({
+            "subtopologies": self.subtopologies.iter().map(|s| json!({
+                "id": s.id,
+                "nodes": s.nodes.iter().map(node).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "global_stores": self.global_stores.iter().map(|(store, topic)| json!({
+                "store": store,
+                "topic": topic,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
     /// A Mermaid `flowchart`: one `subgraph` per sub-topology, nodes `nI`,
     /// topics `tI` (parallelograms) outside, stores `sI` (cylinders) dotted to
     /// their processors. Repartition topics connect the sub-topologies.

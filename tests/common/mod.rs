@@ -54,6 +54,40 @@ pub fn produce_batch(topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>)]) {
     broker().produce(topic, records.iter().map(|(k, v)| (k.as_ref(), v)));
 }
 
+/// Writes `rate` records per second to `topic` until `stop`: record `n` has
+/// key `k{n % keys}` and value `v{n}`. Returns how many it wrote.
+pub fn produce_at_rate(
+    topic: &str,
+    rate: u64,
+    keys: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> u64 {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = base_config()
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+        while sent < due {
+            let (key, value) = (format!("k{}", sent % keys), format!("v{sent}"));
+            if producer
+                .send(BaseRecord::to(topic).key(&key).payload(&value))
+                .is_ok()
+            {
+                sent += 1;
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    sent
+}
+
 /// Writes the shipped topology's sample records `start..start + count` to `topic`.
 pub fn produce_samples(topic: &str, sample: SampleFn, start: u64, count: u64) {
     broker().produce(topic, (start..start + count).map(sample));

@@ -40,10 +40,16 @@ use super::frame::{Frame, NodeSlot, Schedule, ScheduleOp, SourceError};
 use super::punctuation::PunctuationType;
 use super::store::{AnyStore, StoreCell, StoreSlot, StoreSpec};
 
+pub mod shed;
 mod stores;
 mod types;
 
-pub use types::{InputRecord, TaskConfig, TaskId, TaskMetrics, TaskState};
+pub use types::{InputRecord, NodeMetrics, TaskConfig, TaskId, TaskMetrics, TaskState};
+
+/// One record in this many has its node processing timed (per-node busy
+/// time is estimated from them: a clock read per node and record would
+/// cost more than small nodes do).
+pub const NODE_SAMPLE: u64 = 16;
 
 /// One running (sub-topology, partition). See the module docs.
 pub struct TaskInstance {
@@ -52,6 +58,12 @@ pub struct TaskInstance {
     nodes: Vec<NodeSlot>,
     stores: Vec<StoreSlot>,
     sources: Vec<(String, usize)>,
+    /// The source topics that are the application's own (not repartition
+    /// topics): the ones load shedding applies to.
+    user_sources: Vec<String>,
+    shedder: shed::Shedder,
+    /// Records taken since the task opened, for sampling node times.
+    taken: u64,
     schedules: Vec<Schedule>,
     next_schedule_id: Cell<u64>,
     stream_time: i64,
@@ -102,16 +114,21 @@ impl TaskInstance {
 
         let mut nodes = Vec::with_capacity(sub.nodes.len());
         let mut sources = Vec::new();
+        let mut user_sources = Vec::new();
         for (local, &g) in sub.nodes.iter().enumerate() {
             let def = &topology.nodes[g];
             for topic in def.source_topics() {
                 sources.push((topic.resolve(app), local));
+                if let crate::topology::TopicName::User(name) = topic {
+                    user_sources.push(name.clone());
+                }
             }
             nodes.push(NodeSlot {
                 name: def.name.clone(),
                 children: def.children.iter().filter_map(|&c| local_node(c)).collect(),
                 stores: def.stores.iter().filter_map(|&s| local_store(s)).collect(),
                 runtime: RefCell::new((def.factory)(&build)),
+                stats: Default::default(),
             });
         }
 
@@ -121,6 +138,9 @@ impl TaskInstance {
             nodes,
             stores: store_slots,
             sources,
+            user_sources,
+            shedder: shed::Shedder::default(),
+            taken: 0,
             schedules: Vec::new(),
             next_schedule_id: Cell::new(0),
             stream_time: -1,
@@ -148,6 +168,28 @@ impl TaskInstance {
     /// The task's counters.
     pub fn metrics(&self) -> TaskMetrics {
         self.metrics
+    }
+
+    /// Per node, in topological order: records taken and estimated busy
+    /// time (its own, without its children's), since the task opened.
+    pub fn node_metrics(&self) -> Vec<NodeMetrics<'_>> {
+        let inclusive: Vec<u64> = self
+            .nodes
+            .iter()
+            .map(|n| n.stats.timed_ns.get().saturating_mul(NODE_SAMPLE))
+            .collect();
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let children: u64 = n.children.iter().map(|&c| inclusive[c]).sum();
+                NodeMetrics {
+                    name: &n.name,
+                    records: n.stats.records.get(),
+                    busy_seconds: inclusive[i].saturating_sub(children) as f64 / 1e9,
+                }
+            })
+            .collect()
     }
 
     /// The full names of the topics this task reads (user and repartition topics).
@@ -187,6 +229,7 @@ impl TaskInstance {
             initializing: false,
             late_records: Cell::new(0),
             cache: &self.config.cache,
+            timed: false,
         }
     }
 
@@ -245,13 +288,21 @@ impl TaskInstance {
                 sources: self.sources.iter().map(|(t, _)| t.clone()).collect(),
             });
         };
+        if self.shed(input, collector)? {
+            return Ok(());
+        }
+        self.taken += 1;
+        let timed = self.taken.is_multiple_of(NODE_SAMPLE);
         let (result, failed_node, ops, stream_time, late) = {
-            let f = self.frame(&mut *collector, Some(input), input.timestamp);
+            let mut f = self.frame(&mut *collector, Some(input), input.timestamp);
+            f.timed = timed;
+            let started = timed.then(std::time::Instant::now);
             let result =
                 self.nodes[source_node]
                     .runtime
                     .borrow_mut()
                     .process_input(&f, source_node, input);
+            self.nodes[source_node].stats.note(started);
             (
                 result,
                 f.failed_node.get(),
@@ -324,6 +375,87 @@ impl TaskInstance {
         self.run_punctuators(PunctuationType::WallClockTime, now_ms, collector)
     }
 
+    /// Load shedding ([`shed`]): `true` when the record was shed (counted
+    /// and, with a shed topic, written there).
+    fn shed(
+        &mut self,
+        input: &InputRecord<'_>,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<bool, TaskError> {
+        let Some(shedding) = &self.config.shedding else {
+            return Ok(false);
+        };
+        if !self.user_sources.iter().any(|t| t == input.topic) {
+            return Ok(false);
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let shed::Verdict::Shed { lag_ms, level } = self.shedder.decide(shedding, input, now_ms)
+        else {
+            return Ok(false);
+        };
+        if let Some(topic) = &shedding.topic {
+            let mut headers = input.headers.clone();
+            let reason = match level {
+                Some(level) => format!(
+                    "chosen by the {:?} policy at shed level {level:.2} (lag {lag_ms} ms, bound {} ms)",
+                    shedding.policy, shedding.max_lag_ms
+                ),
+                None => format!(
+                    "its lag {lag_ms} ms is over the bound {} ms",
+                    shedding.max_lag_ms
+                ),
+            };
+            headers.add(shed::HEADER_REASON, Some(reason.into_bytes()));
+            let coordinates = [
+                shed::HEADER_TOPIC,
+                shed::HEADER_PARTITION,
+                shed::HEADER_OFFSET,
+            ];
+            self.set_aside(topic, input, headers, coordinates, collector)?;
+        }
+        self.metrics.shed += 1;
+        Ok(true)
+    }
+
+    /// Writes `input` as it came to `topic` (a dead-letter or shed
+    /// topic), with `headers` plus its coordinates under the names in
+    /// `coordinates` (topic, partition, offset).
+    fn set_aside(
+        &self,
+        topic: &str,
+        input: &InputRecord<'_>,
+        mut headers: crate::processor::Headers,
+        coordinates: [&str; 3],
+        collector: &mut dyn RecordCollector,
+    ) -> Result<(), TaskError> {
+        let [topic_key, partition_key, offset_key] = coordinates;
+        headers
+            .add(topic_key, Some(input.topic.as_bytes().to_vec()))
+            .add(
+                partition_key,
+                Some(input.partition.to_string().into_bytes()),
+            )
+            .add(offset_key, Some(input.offset.to_string().into_bytes()));
+        collector
+            .send(OutputRecord {
+                topic,
+                partition: None,
+                key: input.key,
+                value: input.value,
+                timestamp: input.timestamp,
+                headers: &headers,
+                kind: OutputKind::DeadLetter,
+            })
+            .map_err(|source| TaskError::Collector {
+                task: self.id,
+                source,
+            })
+            .map(|_| ())
+    }
+
     fn handle_record_error(
         &mut self,
         deserialization: bool,
@@ -353,30 +485,13 @@ impl TaskInstance {
                     .add(
                         handler::HEADER_MESSAGE,
                         Some(error.to_string().into_bytes()),
-                    )
-                    .add(handler::HEADER_TOPIC, Some(input.topic.as_bytes().to_vec()))
-                    .add(
-                        handler::HEADER_PARTITION,
-                        Some(input.partition.to_string().into_bytes()),
-                    )
-                    .add(
-                        handler::HEADER_OFFSET,
-                        Some(input.offset.to_string().into_bytes()),
                     );
-                collector
-                    .send(OutputRecord {
-                        topic,
-                        partition: None,
-                        key: input.key,
-                        value: input.value,
-                        timestamp: input.timestamp,
-                        headers: &headers,
-                        kind: OutputKind::DeadLetter,
-                    })
-                    .map_err(|source| TaskError::Collector {
-                        task: self.id,
-                        source,
-                    })?;
+                let coordinates = [
+                    handler::HEADER_TOPIC,
+                    handler::HEADER_PARTITION,
+                    handler::HEADER_OFFSET,
+                ];
+                self.set_aside(topic, input, headers, coordinates, collector)?;
                 self.metrics.dead_lettered += 1;
             }
         }

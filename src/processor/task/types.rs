@@ -54,6 +54,9 @@ pub struct TaskConfig {
     /// to the changelog at [`TaskInstance::flush`](super::TaskInstance::flush)
     /// or when the budget is full.
     pub cache: std::sync::Arc<crate::state::CacheBudget>,
+    /// Load shedding of the source topics' records, when on (see
+    /// [`super::shed`]).
+    pub shedding: Option<super::shed::Shedding>,
 }
 
 impl TaskConfig {
@@ -66,6 +69,7 @@ impl TaskConfig {
             processing_handler: ErrorHandling::LogAndFail,
             globals: Default::default(),
             cache: Default::default(),
+            shedding: None,
         }
     }
 }
@@ -97,4 +101,19 @@ pub struct TaskMetrics {
     /// Records dropped by windowed operations because they arrived after
     /// their window closed (stream time past window end + grace).
     pub late_dropped: u64,
+    /// Records shed by load shedding (see [`super::shed`]).
+    pub shed: u64,
+}
+
+/// What one processor node of a task did since the task opened (see
+/// [`super::TaskInstance::node_metrics`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NodeMetrics<'a> {
+    /// The node's name in the topology.
+    pub name: &'a str,
+    /// Records it took.
+    pub records: u64,
+    /// Time spent in the node itself (children excluded), estimated from
+    /// one record in [`super::NODE_SAMPLE`].
+    pub busy_seconds: f64,
 }
