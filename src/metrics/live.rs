@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::scaling::{Sample, delta};
+use super::sample::{Sample, delta};
 
 /// How often the live view is refreshed.
 pub const INTERVAL: Duration = Duration::from_secs(2);

@@ -59,6 +59,7 @@
 mod lag;
 pub mod live;
 mod restore;
+pub mod sample;
 pub mod scaling;
 pub mod store;
 mod thread;

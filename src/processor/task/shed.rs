@@ -5,7 +5,9 @@
 //! takes it. Each task keeps a *shed level* `d` in `[0, 1]`, adjusted every
 //! [`STEP_MS`] from the largest lag it saw in that step: above the bound
 //! (`shed_max_lag_ms`) `d` rises by [`UP`]; below half the bound it falls
-//! by [`DOWN`]; in between it stays. Skipping a record costs next to
+//! by [`DOWN`] per step of time since the last (so shedding stops as the
+//! lag comes back under the bound, also after a pause in the input); in
+//! between it stays. Skipping a record costs next to
 //! nothing, so at level `d` the task consumes input `1 ÷ (1 − d)` times as
 //! fast as it processes it, and `d` settles just above `1 − capacity ÷
 //! input rate` with the lag between half the bound and the bound.
@@ -32,6 +34,7 @@
 //! in the output's effects or in the shed topic, once.
 
 use super::types::InputRecord;
+pub use super::types::{ShedPolicy, Shedding};
 
 /// How long one step of the shed level's controller is, in ms.
 pub const STEP_MS: i64 = 100;
@@ -50,48 +53,6 @@ pub const HEADER_TOPIC: &str = "weir.shed.topic";
 pub const HEADER_PARTITION: &str = "weir.shed.partition";
 /// The header with the record's source offset.
 pub const HEADER_OFFSET: &str = "weir.shed.offset";
-
-/// Which records are shed first.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ShedPolicy {
-    /// A uniform sample, chosen by a hash of the record's coordinates.
-    Sample,
-    /// Lowest priority first: the JSON value's numeric `field`, 0 to 9.
-    Priority {
-        /// The field of the JSON value that holds the priority.
-        field: String,
-    },
-}
-
-/// Load shedding settings (`shed_max_lag_ms`, `shed_policy`, `shed_topic`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shedding {
-    /// The bound on a record's lag (wall clock − timestamp), in ms, above
-    /// which shedding starts.
-    pub max_lag_ms: i64,
-    /// Which records go first.
-    pub policy: ShedPolicy,
-    /// Where shed records are written, if anywhere (the topic must exist).
-    pub topic: Option<String>,
-}
-
-impl std::str::FromStr for ShedPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "sample" => Ok(ShedPolicy::Sample),
-            other => match other.strip_prefix("priority:") {
-                Some(field) if !field.is_empty() => Ok(ShedPolicy::Priority {
-                    field: field.to_string(),
-                }),
-                _ => Err(format!(
-                    "'{s}' is not a shedding policy; use sample or priority:<json field>"
-                )),
-            },
-        }
-    }
-}
 
 /// One task's shed level and its controller; see the module docs.
 #[derive(Debug, Default)]
@@ -125,7 +86,10 @@ impl Shedder {
             if self.step_max_lag > shedding.max_lag_ms {
                 self.level = (self.level + UP).min(1.0);
             } else if self.step_max_lag < shedding.max_lag_ms / 2 {
-                self.level = (self.level - DOWN).max(0.0);
+                // Per step of time passed, not per step with records: after
+                // a pause in the input the level is where it would be.
+                let steps = ((now_ms - self.step_start_ms) / STEP_MS) as f64;
+                self.level = (self.level - DOWN * steps).max(0.0);
             }
             self.step_start_ms = now_ms;
             self.step_max_lag = i64::MIN;
@@ -277,6 +241,32 @@ mod tests {
             }
         }
         assert!((2_800..3_200).contains(&shed), "{shed}");
+    }
+
+    #[test]
+    fn after_a_pause_in_the_input_fresh_records_are_kept() {
+        let h = Headers::new();
+        let s = shedding(ShedPolicy::Sample);
+        let mut shedder = Shedder::default();
+        let mut now = 10_000;
+        for i in 0..12 {
+            now += STEP_MS;
+            shedder.decide(&s, &record(i, now - 2_000, b"", &h), now);
+        }
+        assert!((shedder.level() - 0.6).abs() < 1e-9, "{}", shedder.level());
+        // The overload ended; nothing came for 10 s, then a fresh record.
+        now += 10_000;
+        shedder.decide(&s, &record(100, now - 10, b"", &h), now);
+        assert_eq!(shedder.level(), 0.0, "100 steps of time at 0.01 each");
+        let kept = (101..1_101)
+            .filter(|&i| {
+                matches!(
+                    shedder.decide(&s, &record(i, now - 10, b"", &h), now),
+                    Verdict::Keep
+                )
+            })
+            .count();
+        assert_eq!(kept, 1_000, "nothing is shed once the level is 0");
     }
 
     #[test]

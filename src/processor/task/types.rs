@@ -55,8 +55,8 @@ pub struct TaskConfig {
     /// or when the budget is full.
     pub cache: std::sync::Arc<crate::state::CacheBudget>,
     /// Load shedding of the source topics' records, when on (see
-    /// [`super::shed`]).
-    pub shedding: Option<super::shed::Shedding>,
+    /// `processor::task::shed`).
+    pub shedding: Option<Shedding>,
 }
 
 impl TaskConfig {
@@ -101,7 +101,7 @@ pub struct TaskMetrics {
     /// Records dropped by windowed operations because they arrived after
     /// their window closed (stream time past window end + grace).
     pub late_dropped: u64,
-    /// Records shed by load shedding (see [`super::shed`]).
+    /// Records shed by load shedding (see `processor::task::shed`).
     pub shed: u64,
 }
 
@@ -116,4 +116,46 @@ pub struct NodeMetrics<'a> {
     /// Time spent in the node itself (children excluded), estimated from
     /// one record in [`super::NODE_SAMPLE`].
     pub busy_seconds: f64,
+}
+
+/// Which records are shed first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShedPolicy {
+    /// A uniform sample, chosen by a hash of the record's coordinates.
+    Sample,
+    /// Lowest priority first: the JSON value's numeric `field`, 0 to 9.
+    Priority {
+        /// The field of the JSON value that holds the priority.
+        field: String,
+    },
+}
+
+/// Load shedding settings (`shed_max_lag_ms`, `shed_policy`, `shed_topic`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shedding {
+    /// The bound on a record's lag (wall clock − timestamp), in ms, above
+    /// which shedding starts.
+    pub max_lag_ms: i64,
+    /// Which records go first.
+    pub policy: ShedPolicy,
+    /// Where shed records are written, if anywhere (the topic must exist).
+    pub topic: Option<String>,
+}
+
+impl std::str::FromStr for ShedPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sample" => Ok(ShedPolicy::Sample),
+            other => match other.strip_prefix("priority:") {
+                Some(field) if !field.is_empty() => Ok(ShedPolicy::Priority {
+                    field: field.to_string(),
+                }),
+                _ => Err(format!(
+                    "'{s}' is not a shedding policy; use sample or priority:<json field>"
+                )),
+            },
+        }
+    }
 }
