@@ -97,6 +97,7 @@ impl TopologyTestDriver {
             cache: Arc::new(crate::state::CacheBudget::new(config.cache_max_bytes)),
             // Shedding follows the wall clock, which the driver fakes.
             shedding: None,
+            shed_memo: Default::default(),
         };
         let mut topics = Topics {
             partition_counts: config.partition_counts.clone(),

@@ -132,6 +132,11 @@ impl TaskInstance {
             });
         }
 
+        let shedder = shed::Shedder::at_level(if config.shedding.is_some() {
+            config.shed_memo.level(id)
+        } else {
+            0.0
+        });
         Ok(TaskInstance {
             id,
             config,
@@ -139,7 +144,7 @@ impl TaskInstance {
             stores: store_slots,
             sources,
             user_sources,
-            shedder: shed::Shedder::default(),
+            shedder,
             taken: 0,
             schedules: Vec::new(),
             next_schedule_id: Cell::new(0),
@@ -392,8 +397,25 @@ impl TaskInstance {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let shed::Verdict::Shed { lag_ms, level } = self.shedder.decide(shedding, input, now_ms)
-        else {
+        let verdict = self.shedder.decide(shedding, input, now_ms);
+        let memo = &self.config.shed_memo;
+        // A record processed again after an abort is decided as before.
+        let verdict = match memo.recall(self.id, input) {
+            Some(false) => shed::Verdict::Keep,
+            Some(true) => match verdict {
+                shed::Verdict::Shed { .. } => verdict,
+                shed::Verdict::Keep => shed::Verdict::Shed {
+                    lag_ms: now_ms - input.timestamp,
+                    level: Some(self.shedder.level()),
+                },
+            },
+            None => {
+                let shed = matches!(verdict, shed::Verdict::Shed { .. });
+                memo.note(self.id, input, shed, self.shedder.level());
+                verdict
+            }
+        };
+        let shed::Verdict::Shed { lag_ms, level } = verdict else {
             return Ok(false);
         };
         if let Some(topic) = &shedding.topic {
@@ -580,6 +602,10 @@ impl TaskInstance {
                     task: self.id,
                     source,
                 })?;
+        }
+        // The decisions of load shedding up to here are final.
+        if self.config.shedding.is_some() {
+            self.config.shed_memo.committed(self.id);
         }
         Ok(())
     }

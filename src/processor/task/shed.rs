@@ -32,9 +32,14 @@
 //! `shed_topic` is set, written there with headers saying why, in the same
 //! transaction as the output: under exactly-once every input record ends up
 //! in the output's effects or in the shed topic, once.
+//!
+//! A record processed again after an abort is decided as before: each
+//! task's decisions since its last commit, and its level, are kept in the
+//! instance's [`ShedMemo`] (outside the task, which the runtime rebuilds
+//! after an abort) and replayed; a commit forgets them.
 
 use super::types::InputRecord;
-pub use super::types::{ShedPolicy, Shedding};
+pub use super::types::{ShedMemo, ShedPolicy, Shedding};
 
 /// How long one step of the shed level's controller is, in ms.
 pub const STEP_MS: i64 = 100;
@@ -72,6 +77,14 @@ pub(crate) enum Verdict {
 }
 
 impl Shedder {
+    /// A controller starting at `level` (a rebuilt task's last level).
+    pub(crate) fn at_level(level: f64) -> Self {
+        Shedder {
+            level,
+            ..Shedder::default()
+        }
+    }
+
     /// Takes the lag of `input` at `now_ms` into the controller and says
     /// whether the record is shed.
     pub(crate) fn decide(
@@ -110,7 +123,6 @@ impl Shedder {
     }
 
     /// The shed level now.
-    #[cfg(test)]
     pub(crate) fn level(&self) -> f64 {
         self.level
     }
@@ -152,7 +164,7 @@ fn uniform(topic: &str, partition: i32, offset: i64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::Headers;
+    use crate::processor::{Headers, TaskId};
 
     fn record<'a>(offset: i64, timestamp: i64, value: &'a [u8], h: &'a Headers) -> InputRecord<'a> {
         InputRecord {
@@ -267,6 +279,95 @@ mod tests {
             })
             .count();
         assert_eq!(kept, 1_000, "nothing is shed once the level is 0");
+    }
+
+    /// Topics of the records a task sent.
+    #[derive(Default)]
+    struct Sent(Vec<String>);
+
+    impl crate::processor::RecordCollector for Sent {
+        fn send(
+            &mut self,
+            record: crate::processor::OutputRecord<'_>,
+        ) -> Result<(), crate::processor::CollectorError> {
+            self.0.push(record.topic.to_string());
+            Ok(())
+        }
+    }
+
+    fn passthrough_task(config: &super::super::TaskConfig) -> super::super::TaskInstance {
+        use crate::topology::{Consumed, Produced, StreamsBuilder};
+        let builder = StreamsBuilder::new();
+        builder
+            .stream::<String, String>("in", Consumed::new())
+            .to("out", Produced::new());
+        let topology = std::sync::Arc::new(builder.build().unwrap());
+        let mut provider =
+            |_: TaskId,
+             spec: &crate::processor::StoreSpec<'_>|
+             -> Result<Box<dyn crate::state::KeyValueStore>, crate::state::StoreError> {
+                Ok(Box::new(crate::state::memory::InMemoryKeyValueStore::new(
+                    spec.name,
+                )))
+            };
+        let id = TaskId {
+            subtopology: 0,
+            partition: 0,
+        };
+        let mut task =
+            super::super::TaskInstance::new(topology, id, config.clone(), &mut provider).unwrap();
+        task.initialize(0, &mut Sent::default()).unwrap();
+        task
+    }
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    }
+
+    #[test]
+    fn a_record_processed_again_after_an_abort_is_decided_as_before() {
+        let mut config = super::super::TaskConfig::new("app");
+        config.shedding = Some(Shedding {
+            max_lag_ms: 1_000,
+            policy: ShedPolicy::Sample,
+            topic: Some("shed".to_string()),
+        });
+        let h = Headers::new();
+        let run =
+            |task: &mut super::super::TaskInstance, offsets: std::ops::Range<i64>, lag: i64| {
+                let mut sent = Sent::default();
+                for o in offsets {
+                    let value = format!("v{o}");
+                    let input = InputRecord {
+                        key: Some(value.as_bytes()),
+                        ..record(o, now() - lag, value.as_bytes(), &h)
+                    };
+                    task.process(&input, &mut sent).unwrap();
+                }
+                sent.0
+            };
+        // 50 records 2 s old: over the bound, all shed.
+        let mut first = passthrough_task(&config);
+        let sent = run(&mut first, 0..50, 2_000);
+        assert!(sent.iter().all(|t| t == "shed"), "{sent:?}");
+        // The transaction aborts; the runtime rebuilds the task and the
+        // same records come again, now fresh: decided as before.
+        first.abort();
+        first.close().unwrap();
+        let mut again = passthrough_task(&config);
+        let sent = run(&mut again, 0..50, 10);
+        assert_eq!(sent.iter().filter(|t| *t == "shed").count(), 50, "{sent:?}");
+        assert_eq!(again.metrics().shed, 50);
+        // After a commit the decisions are final and forgotten: the memo
+        // holds nothing for these offsets any more.
+        again.commit(|_| None).unwrap();
+        assert_eq!(
+            config.shed_memo.recall(again.id(), &record(10, 0, b"", &h)),
+            None
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct TaskConfig {
     /// Load shedding of the source topics' records, when on (see
     /// `processor::task::shed`).
     pub shedding: Option<Shedding>,
+    /// The instance's shedding decisions since each task's last commit
+    /// (see `processor::task::shed`), shared by its tasks.
+    pub shed_memo: std::sync::Arc<ShedMemo>,
 }
 
 impl TaskConfig {
@@ -70,6 +73,7 @@ impl TaskConfig {
             globals: Default::default(),
             cache: Default::default(),
             shedding: None,
+            shed_memo: Default::default(),
         }
     }
 }
@@ -157,5 +161,62 @@ impl std::str::FromStr for ShedPolicy {
                 )),
             },
         }
+    }
+}
+
+/// The shedding decisions of each task since its last commit, and its
+/// level (see `processor::task::shed`). One per instance, shared by its tasks
+/// through [`TaskConfig::shed_memo`].
+#[derive(Debug, Default)]
+pub struct ShedMemo {
+    tasks: std::sync::Mutex<std::collections::HashMap<TaskId, TaskMemo>>,
+}
+
+#[derive(Debug, Default)]
+struct TaskMemo {
+    level: f64,
+    /// Per (topic, partition): the last offset decided and the offsets
+    /// shed up to it.
+    decided: std::collections::HashMap<(String, i32), (i64, std::collections::BTreeSet<i64>)>,
+}
+
+impl ShedMemo {
+    fn with<T>(&self, task: TaskId, f: impl FnOnce(&mut TaskMemo) -> T) -> T {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        f(tasks.entry(task).or_default())
+    }
+
+    /// The decision made for `input` since the task's last commit, if any:
+    /// `true` when it was shed.
+    pub(crate) fn recall(&self, task: TaskId, input: &InputRecord<'_>) -> Option<bool> {
+        self.with(task, |m| {
+            let (last, shed) = m.decided.get(&(input.topic.to_string(), input.partition))?;
+            (input.offset <= *last).then(|| shed.contains(&input.offset))
+        })
+    }
+
+    /// Notes the decision for `input` and the level after it.
+    pub(crate) fn note(&self, task: TaskId, input: &InputRecord<'_>, shed: bool, level: f64) {
+        self.with(task, |m| {
+            m.level = level;
+            let entry = m
+                .decided
+                .entry((input.topic.to_string(), input.partition))
+                .or_insert_with(|| (input.offset, std::collections::BTreeSet::new()));
+            entry.0 = entry.0.max(input.offset);
+            if shed {
+                entry.1.insert(input.offset);
+            }
+        })
+    }
+
+    /// The task's last level (0 for a task not seen).
+    pub(crate) fn level(&self, task: TaskId) -> f64 {
+        self.with(task, |m| m.level)
+    }
+
+    /// The task committed: its decisions are final and forgotten.
+    pub(crate) fn committed(&self, task: TaskId) {
+        self.with(task, |m| m.decided.clear())
     }
 }
