@@ -100,13 +100,6 @@ use crate::metrics::{LagMeter, ThreadMeter};
 
 /// Timeout of one transactional or flush call.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
-/// How much longer than [`TXN_TIMEOUT`] the thread waits for a
-/// transactional call before it abandons the producer (`thread::producer`).
-const TXN_ABANDON_GRACE: Duration = Duration::from_secs(10);
-/// The same once the application shuts down: the transaction timeout
-/// (`transaction.timeout.ms`), after which the coordinator aborts the
-/// transaction anyway.
-const TXN_ABANDON_ON_SHUTDOWN: Duration = Duration::from_secs(10);
 /// Timeout of reading committed offsets and seeking.
 const OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait between two recovery attempts.
@@ -215,10 +208,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         ProducerTimeouts {
             call: TXN_TIMEOUT,
             retry_for: producer::RETRY_FOR,
-            abandon_after: TXN_TIMEOUT + TXN_ABANDON_GRACE,
-            abandon_on_shutdown: TXN_ABANDON_ON_SHUTDOWN,
         },
-        env.shutdown.clone(),
     )?;
     let creator = ActiveTaskCreator::new(
         env.clone(),
