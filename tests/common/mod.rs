@@ -173,17 +173,25 @@ pub fn poll_until_assigned(
 
 /// A local port `p` with `p + 1 .. p + n` free too (a broker of a test's
 /// own: client, controller and secure listener ports; a cluster's nodes).
+///
+/// Chosen below the kernel's ephemeral range (20000..29000 here; Linux
+/// hands out 32768 and up to outgoing connections): a broker the test
+/// restarts must find its ports free again, and a client's outgoing
+/// connection that happened to get one of them as its local port would
+/// make the restart fail with "Address already in use".
 pub fn free_port_run(n: u16) -> u16 {
-    for _ in 0..200 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free local port");
-        if port < 65000
-            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok())
-        {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id();
+    let (low, span) = (20_000u32, 9_000u32 - u32::from(n));
+    for attempt in 0..200u32 {
+        let port = (low + (seed.wrapping_add(attempt.wrapping_mul(7_919))) % span) as u16;
+        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)).is_ok()) {
             return port;
         }
     }
-    panic!("no {n} consecutive free local ports");
+    panic!("no {n} consecutive free local ports in 20000..29000");
 }
