@@ -69,22 +69,9 @@ impl Cluster {
         Ok(weir::testing::broker().transaction_coordinator(transactional_id))
     }
 
-    /// The group coordinator of consumer group `group` (placed by the
-    /// same formula as transactional ids, over `__consumer_offsets`).
+    /// The group coordinator of consumer group `group`.
     pub fn coordinator_of_group(&self, group: &str) -> Result<i32> {
-        let partitions = self
-            .metadata_client()?
-            .fetch_metadata(Some("__consumer_offsets"), Duration::from_secs(10))?
-            .topics()
-            .first()
-            .map_or(0, |t| t.partitions().len() as i32);
-        if partitions == 0 {
-            bail!("the cluster lists no __consumer_offsets partitions");
-        }
-        self.leader(
-            "__consumer_offsets",
-            weir::testing::transaction_state_partition(group, partitions),
-        )
+        Ok(weir::testing::broker().group_coordinator(group))
     }
 
     /// Waits until every partition of every topic has all its replicas in

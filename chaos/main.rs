@@ -55,7 +55,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 1)]
     pub zombies: usize,
     /// The cluster's base port (`KAFKA_CLUSTER_PORT` of `scripts/kafka cluster`).
-    #[arg(long, env = "KAFKA_CLUSTER_PORT", default_value_t = 39092)]
+    #[arg(long, env = "KAFKA_CLUSTER_PORT", default_value_t = 19092)]
     pub cluster_port: u16,
     /// Instance state, logs and the report go here.
     #[arg(long)]
@@ -84,7 +84,13 @@ pub enum Fault {
 #[derive(Clone, Copy, Debug)]
 pub enum KillTarget {
     InputLeader,
+    /// The transaction coordinator of an instance (under at_least_once,
+    /// the group coordinator).
     Coordinator,
+    /// The group coordinator of the application, down for longer than the
+    /// controller's broker session timeout, so that the cluster fences it
+    /// and the clients' metadata drops it.
+    GroupCoordinator,
     Any,
 }
 
@@ -118,16 +124,17 @@ impl Rng {
 }
 
 /// The faults of a run in a seeded order; broker kills cycle through
-/// input leader, coordinator and any broker.
+/// input leader, transaction coordinator, group coordinator and any broker.
 fn plan(cli: &Cli, rng: &mut Rng) -> Vec<Fault> {
     let mut faults: Vec<Fault> = Vec::new();
     faults.extend((0..cli.instance_kills).map(|_| Fault::InstanceKill));
     let targets = [
         KillTarget::InputLeader,
         KillTarget::Coordinator,
+        KillTarget::GroupCoordinator,
         KillTarget::Any,
     ];
-    faults.extend((0..cli.broker_kills).map(|i| Fault::BrokerKill(targets[i % 3])));
+    faults.extend((0..cli.broker_kills).map(|i| Fault::BrokerKill(targets[i % targets.len()])));
     faults.extend((0..cli.broker_pauses).map(|_| Fault::BrokerPause));
     faults.extend((0..cli.zombies).map(|_| Fault::Zombie));
     for i in (1..faults.len()).rev() {
@@ -188,8 +195,7 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn broker_down_and_up(&mut self, broker: i32, why: String, rng: &mut Rng) -> Result<()> {
-        let down = rng.millis(3_000, 10_000);
+    fn broker_down_and_up(&mut self, broker: i32, why: String, down: Duration) -> Result<()> {
         self.cluster.script(&["kill", &broker.to_string()])?;
         self.event(
             "broker kill -9",
@@ -238,12 +244,21 @@ impl Run<'_> {
                             }
                         }
                     }
+                    KillTarget::GroupCoordinator => (
+                        self.cluster.coordinator_of_group(&self.app_id)?,
+                        "group coordinator".to_string(),
+                    ),
                     KillTarget::Any => (
                         1 + rng.below(self.cluster.brokers as u64) as i32,
                         "any broker".to_string(),
                     ),
                 };
-                self.broker_down_and_up(broker, why, rng)?;
+                // scripts/kafka's broker.session.timeout.ms is 12 s.
+                let down = match target {
+                    KillTarget::GroupCoordinator => rng.millis(13_000, 18_000),
+                    _ => rng.millis(3_000, 10_000),
+                };
+                self.broker_down_and_up(broker, why, down)?;
             }
             Fault::BrokerPause => {
                 let broker = 1 + rng.below(self.cluster.brokers as u64) as i32;

@@ -127,22 +127,36 @@ impl TestBroker {
         }
     }
 
-    /// The broker (node id) that is the transaction coordinator of
-    /// `transactional_id`: the leader of its `__transaction_state`
-    /// partition ([`transaction_state_partition`]).
+    /// The broker leading the `__transaction_state` partition of
+    /// `transactional_id`: its transaction coordinator.
     pub fn transaction_coordinator(&self, transactional_id: &str) -> i32 {
+        self.coordinator("__transaction_state", transactional_id)
+    }
+
+    /// The broker leading the `__consumer_offsets` partition of consumer
+    /// group `group`: its group coordinator, which a transactional
+    /// producer sends the group's offsets to.
+    pub fn group_coordinator(&self, group: &str) -> i32 {
+        self.coordinator("__consumer_offsets", group)
+    }
+
+    /// The leader of `topic`'s partition for `key`, placed as the broker
+    /// places coordinators (see [`transaction_state_partition`]).
+    fn coordinator(&self, topic: &str, key: &str) -> i32 {
         let client: BaseConsumer = self
             .client_config()
             .create()
             .expect("creating the metadata client failed");
         let partitions = client
-            .fetch_metadata(Some("__transaction_state"), Duration::from_secs(10))
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
             .ok()
             .and_then(|md| md.topics().first().map(|t| t.partitions().len()))
             .filter(|&n| n > 0)
-            .expect("the broker lists __transaction_state (has a transaction run yet?)");
-        let partition = transaction_state_partition(transactional_id, partitions as i32);
-        self.partition_leader("__transaction_state", partition).0
+            .unwrap_or_else(|| {
+                panic!("the broker lists no {topic} partitions (has one been used yet?)")
+            });
+        let partition = transaction_state_partition(key, partitions as i32);
+        self.partition_leader(topic, partition).0
     }
 
     fn admin(&self) -> AdminClient<DefaultClientContext> {
