@@ -5,7 +5,10 @@
 //! 1. the leader of an input partition is killed (`kill -9`) and restarted;
 //! 2. the transaction coordinator of an instance's transactional id is
 //!    killed and restarted;
-//! 3. a broker is paused (SIGSTOP, a long GC pause) for 20 s, then resumed.
+//! 3. the group coordinator of the application is killed for 16 s, longer
+//!    than the controller's broker session timeout (12 s), so that it leaves
+//!    the cluster's metadata, and restarted;
+//! 4. a broker is paused (SIGSTOP, a long GC pause) for 20 s, then resumed.
 //!
 //! Input is written between the faults. No instance exits; the counts read
 //! with `read_committed` equal the truth computed from the input, per word
@@ -159,14 +162,29 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     cluster.restart(coordinator);
     all_running(&mut apps);
 
-    // 3. A broker stops answering for 20 s (a long GC pause).
+    // 3. The group coordinator of the application dies, for longer than
+    // the controller's broker session timeout (12 s): the cluster fences
+    // it and the producers' metadata drops it, while each producer still
+    // has it cached as the coordinator it sends the group's offsets to.
+    let group_coordinator = weir::testing::broker().group_coordinator(&f.app_id);
+    println!(
+        "killing broker {group_coordinator}, group coordinator of {}",
+        f.app_id
+    );
+    cluster.kill(group_coordinator);
+    f.produce(3 * step, step / 2);
+    watch(&mut apps, Duration::from_secs(16));
+    cluster.restart(group_coordinator);
+    all_running(&mut apps);
+
+    // 4. A broker stops answering for 20 s (a long GC pause).
     let (paused, _) = leader(&changelog, 1);
     println!("pausing broker {paused} for 20 s");
     cluster.script(&["pause", &paused.to_string()]);
     std::thread::scope(|s| {
         // Written meanwhile (records for the paused broker wait for it or
         // for a new leader).
-        let writer = s.spawn(|| f.produce(3 * step, step));
+        let writer = s.spawn(|| f.produce(3 * step + step / 2, step / 2));
         watch(&mut apps, Duration::from_secs(20));
         cluster.script(&["resume", &paused.to_string()]);
         writer.join().expect("writing during the pause");
@@ -177,16 +195,27 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     let started = Instant::now();
     let counts = wait_for_output(
         &f.output,
-        // Room for the known stall below (up to max.poll.interval.ms, 300 s).
+        // Exact counts are the assertion; the time is reported. Before the
+        // producer kept a connection to every broker, a producer waiting
+        // for a dead group coordinator (librdkafka #5511) held its thread
+        // until the partition leaders moved back, 5 minutes later, and
+        // this wait ran out at 120 s in 2 runs of 2; with it, 5 runs of 6
+        // were exact within 30 s. Room is left for the rare stall that
+        // remains (see KNOWN DEFECT below).
         Duration::from_secs(600),
         &mut apps.iter_mut().collect::<Vec<_>>(),
         |c| *c == truth,
     );
+    let took = started.elapsed();
     println!(
-        "3 brokers, 2 kills + 1 pause, {n} sentences: counts exact {:?} after the last input",
-        started.elapsed()
+        "3 brokers, 3 kills + 1 pause, {n} sentences: counts exact {took:?} after the last input"
     );
     assert_eq!(counts, truth);
+    if took > Duration::from_secs(90) {
+        println!(
+            "KNOWN DEFECT: the counts took {took:?} after the last input (a stalled transactional call)"
+        );
+    }
 
     // Per word, the committed counts only grow.
     let mut last: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
@@ -205,11 +234,12 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
         records += 1;
     }
     println!("{records} committed output records: per word strictly increasing");
-    // KNOWN DEFECT (open): after a transaction coordinator is killed, a
-    // stream thread can stall silently (seen in 2 of about 6 runs: no
-    // processing, no log, SIGTERM ignored) until the group expels it after
-    // max.poll.interval.ms; the counts above stay exact, but such an
-    // instance does not stop. It is reported here, not failed, until fixed.
+    // KNOWN DEFECT (open, rarer since the producer connects to every
+    // broker): after a coordinator is killed, a stream thread can still
+    // wait in send_offsets_to_transaction (librdkafka #5456/#5511) until
+    // some broker connection of its producer goes up or down; the counts
+    // above stay exact, but such an instance may not stop on SIGTERM
+    // meanwhile. It is reported here, not failed, until fixed.
     for (i, app) in apps.iter_mut().enumerate() {
         let log = tail(&app.log_text());
         match app.try_stop(Duration::from_secs(90)) {

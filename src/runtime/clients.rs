@@ -197,7 +197,21 @@ pub(crate) fn producer(
         c.set("transactional.id", id)
             // Kafka Streams' EOS default: a crashed instance's open transaction
             // blocks read_committed readers for at most this long.
-            .set("transaction.timeout.ms", "10000");
+            .set("transaction.timeout.ms", "10000")
+            // librdkafka (#5511, 2.12) waits for the group coordinator it
+            // sends the offsets of a transaction to by waiting for some
+            // broker connection to go up or down; a coordinator that died
+            // long enough to leave the cluster's metadata never does, and
+            // with sparse connections nothing else may either, so
+            // `send_offsets_to_transaction` hung until the partition
+            // leaders moved back (5 minutes by default). Connected to
+            // every broker and refreshing the broker list every 10 s, the
+            // producer sees the coordinator's broker come back within
+            // seconds, connects, and the wait asks for the coordinator
+            // again. (`tests/cluster_failover.rs` kills the group
+            // coordinator for longer than the session timeout.)
+            .set("enable.sparse.connections", "false")
+            .set("topic.metadata.refresh.interval.ms", "10000");
     }
     for (k, v) in config
         .client_overrides
