@@ -114,9 +114,9 @@ impl Instance {
     }
 
     /// SIGTERM and wait: the exit code, or `Err` with the path of its
-    /// threads' stacks (taken with gdb) when it did not stop within 60 s
-    /// and was killed.
-    pub fn stop(&mut self, work_dir: &Path) -> Result<Option<i32>, PathBuf> {
+    /// threads' stacks (taken with gdb, in `instance-<i>-<label>.stacks`)
+    /// when it did not stop within 60 s and was killed.
+    pub fn stop(&mut self, work_dir: &Path, label: &str) -> Result<Option<i32>, PathBuf> {
         let Some(mut child) = self.child.take() else {
             return Ok(None);
         };
@@ -128,7 +128,7 @@ impl Instance {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let stacks = work_dir.join(format!("instance-{}-hung.stacks", self.index));
+        let stacks = work_dir.join(format!("instance-{}-{label}.stacks", self.index));
         let _ = Command::new("timeout")
             .args([
                 "60",

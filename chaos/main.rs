@@ -63,6 +63,13 @@ pub struct Cli {
     /// The `weir` binary (default: beside this one, or in the directory above).
     #[arg(long)]
     pub weir: Option<PathBuf>,
+    /// When the output has not reached the truth this many seconds after
+    /// the last input, restart every instance once (as an operator would),
+    /// keep the stacks of any that does not stop, and wait again; the
+    /// restart is reported as a stall. Without it the run waits 900 s and
+    /// fails on a stall.
+    #[arg(long)]
+    pub stall_restart_after: Option<u64>,
     /// Also write the results into this file's section for the guarantee
     /// (RELIABILITY.md).
     #[arg(long)]
@@ -432,17 +439,46 @@ fn main() -> Result<()> {
 
     let truth = check::truth(cli.records);
     let exact = cli.guarantee == "exactly_once_v2";
-    let converged =
-        check::wait_converged(&output, &truth, exact, Duration::from_secs(900), || {
+    let limit = Duration::from_secs(900);
+    let first = cli.stall_restart_after.map_or(limit, Duration::from_secs);
+    let mut converged =
+        check::wait_converged(&output, &truth, exact, first, || run.check_instances())?;
+    if converged.is_none() && first < limit {
+        // A stall: correctness is still checked below, after a restart.
+        let mut stacks = Vec::new();
+        for instance in &mut run.instances {
+            if let Err(path) = instance.stop(&cli.work_dir, "stalled") {
+                stacks.push(path.display().to_string());
+            }
+        }
+        run.event(
+            "stall",
+            "all instances".to_string(),
+            format!(
+                "output not at the truth {} s after the last input; every instance restarted{}",
+                first.as_secs(),
+                if stacks.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (did not stop on SIGTERM, stacks: {})", stacks.join(", "))
+                }
+            ),
+        );
+        for i in 0..run.instances.len() {
+            run.launch.start(&mut run.instances[i])?;
+        }
+        converged = check::wait_converged(&output, &truth, exact, limit - first, || {
             run.check_instances()
-        })?;
+        })?
+        .map(|d| d + first);
+    }
     let outcome = check::check(&output, &truth);
     let took = run.started.elapsed();
     // An instance that does not stop on SIGTERM is hung: its stacks are
     // kept for diagnosis and it is reported.
     let mut hung = Vec::new();
     for instance in &mut run.instances {
-        if let Err(stacks) = instance.stop(&cli.work_dir) {
+        if let Err(stacks) = instance.stop(&cli.work_dir, "hung") {
             println!(
                 "chaos: instance {} did not stop within 60 s of SIGTERM; stacks in {}",
                 instance.index,

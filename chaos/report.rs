@@ -61,8 +61,8 @@ impl Report<'_> {
         format!(
             "chaos: {} · seed {} · {} instances · {} sentences · {} instance SIGKILLs, {} broker kills \
              ({} input leaders, {} coordinators), {} broker pauses, {} zombies · {} keys: {} wrong, {} \
-             below, over-count {}, {} repeated or backward · {} instance exits, {} hung at the end · {} \
-             in {:.0} s",
+             below, over-count {}, {} repeated or backward · {} instance exits, {} stalls, {} hung at the end \
+             · {} in {:.0} s",
             self.cli.guarantee,
             self.cli.seed,
             self.cli.instances,
@@ -79,6 +79,7 @@ impl Report<'_> {
             o.over_count,
             o.repeated_or_backward.len(),
             self.exits.len(),
+            self.count("stall"),
             self.hung.len(),
             if self.passed() { "PASS" } else { "FAIL" },
             self.took.as_secs_f64()
@@ -148,6 +149,10 @@ impl Report<'_> {
             ),
             ("repeated or backward committed values", o.repeated_or_backward.len().to_string()),
             ("instances that exited by themselves", self.exits.len().to_string()),
+            (
+                "stalls (output not at the truth in time; every instance restarted)",
+                self.count("stall").to_string(),
+            ),
             (
                 "instances that did not stop within 60 s of SIGTERM at the end",
                 self.hung.len().to_string(),
