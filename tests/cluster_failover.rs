@@ -199,7 +199,7 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
         // producer kept a connection to every broker, a producer waiting
         // for a dead group coordinator (librdkafka #5511) held its thread
         // until the partition leaders moved back, 5 minutes later, and
-        // this wait ran out at 120 s in 2 runs of 2; with it, 5 runs of 6
+        // this wait ran out at 120 s in 2 runs of 2; with it, 6 runs of 7
         // were exact within 30 s. Room is left for the rare stall that
         // remains (see KNOWN DEFECT below).
         Duration::from_secs(600),
