@@ -5,8 +5,16 @@
 //! instances' `/metrics` tell which instance runs each task. Over the
 //! partitions whose task did not move, the longest time without output
 //! across a rebalance under KIP-848's `consumer` protocol is at most
-//! 2 × `commit_interval_ms` plus the poll interval; the same measure under
-//! `classic` (eager rebalances close every task) is printed beside it.
+//! 3 × `commit_interval_ms` plus the poll interval. Two intervals are the
+//! cadence (one commit may pass without output for a partition); the third
+//! is the coupling of exactly-once: the count task reads the repartition
+//! topic, which every instance's transactions write, and `read_committed`
+//! reads it only up to the oldest open transaction, so a moved upstream
+//! task's new owner, whose first transaction runs while it restores, can
+//! hold back the unmoved ones for one more interval (measured on unmoved
+//! partitions: 2.10 s and 2.57 s in two runs of six, 1.1–1.4 s in the
+//! others). The same measure under `classic` (eager rebalances close every
+//! task) is printed beside it.
 //! Counts are exact.
 //!
 //! A gap is "across a rebalance" when it overlaps, give or take one commit
@@ -500,7 +508,7 @@ fn scaling_out_and_back_pauses_only_the_partitions_that_move() {
     let classic = scale_out_and_back("classic");
     report(&consumer);
     report(&classic);
-    let bound = Duration::from_millis(2 * COMMIT_INTERVAL_MS + POLL_MS);
+    let bound = Duration::from_millis(3 * COMMIT_INTERVAL_MS + POLL_MS);
     let unmoved: Vec<(i32, Duration)> = consumer
         .gaps
         .iter()
