@@ -72,7 +72,8 @@ pub(crate) trait GroupConsumer {
         partitions: TopicPartitionList,
         timeout: Duration,
     ) -> KafkaResult<TopicPartitionList>;
-    /// Moves the fetch positions of assigned partitions.
+    /// Moves the fetch positions of assigned partitions; fails when any
+    /// partition could not be moved.
     fn seek_partitions(&self, offsets: TopicPartitionList, timeout: Duration) -> KafkaResult<()>;
 }
 
@@ -153,6 +154,12 @@ impl<C: ConsumerContext> GroupConsumer for BaseConsumer<C> {
     }
 
     fn seek_partitions(&self, offsets: TopicPartitionList, timeout: Duration) -> KafkaResult<()> {
-        Consumer::seek_partitions(self, offsets, timeout).map(|_| ())
+        // librdkafka reports a partition it could not seek in the list,
+        // not in the result: the first such error is the call's.
+        let result = Consumer::seek_partitions(self, offsets, timeout)?;
+        result
+            .elements()
+            .iter()
+            .try_for_each(|e| e.error())
     }
 }
