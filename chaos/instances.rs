@@ -49,7 +49,12 @@ impl Launch {
             cmd.arg("--set").arg(s);
         }
         let child = cmd
-            .env("WEIR_LOG", "info")
+            // CHAOS_WEIR_LOG sets the instances' log filter (for example
+            // `info,librdkafka=debug` with `WEIR_CONSUMER.DEBUG=cgrp`).
+            .env(
+                "WEIR_LOG",
+                std::env::var("CHAOS_WEIR_LOG").unwrap_or_else(|_| "info".to_string()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))

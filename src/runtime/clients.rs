@@ -53,6 +53,20 @@ pub(crate) fn consumer_client_id(config: &StreamsConfig, process_id: &str, index
     id
 }
 
+/// `max.poll.interval.ms` of KIP-848 consumers, which is also the
+/// rebalance timeout the broker gives a member to revoke partitions before
+/// it fences the member. librdkafka retries a `ConsumerGroupHeartbeat`
+/// that timed out on the client (a coordinator slowed by a paused or dying
+/// broker) with the same partial request; when the broker had processed
+/// the first one, it does not send the member's new assignment again (it
+/// does for a full request, which the Java client sends after any error),
+/// so the member never revokes the partitions another member waits for,
+/// and those partitions are processed by no one until the broker fences
+/// the member at the rebalance timeout (librdkafka's default: 5 minutes;
+/// seen in the chaos runs). 60 s bounds that; a thread polls far more
+/// often (restores run in slices between polls).
+const KIP848_REBALANCE_TIMEOUT_MS: &str = "60000";
+
 /// The group consumer of stream thread `index`.
 pub(crate) fn consumer<C: ConsumerContext>(
     config: &StreamsConfig,
@@ -94,7 +108,8 @@ pub(crate) fn consumer<C: ConsumerContext>(
             // KIP-848: the broker runs the assignor and owns the session
             // and heartbeat timing (ARCHITECTURE.md, "Group protocols").
             c.set("group.protocol", "consumer")
-                .set("group.remote.assignor", "range");
+                .set("group.remote.assignor", "range")
+                .set("max.poll.interval.ms", KIP848_REBALANCE_TIMEOUT_MS);
         }
         GroupProtocol::Classic | GroupProtocol::Auto => {
             let session_ms = session_timeout_ms(config);

@@ -157,9 +157,6 @@ impl<C: ConsumerContext> GroupConsumer for BaseConsumer<C> {
         // librdkafka reports a partition it could not seek in the list,
         // not in the result: the first such error is the call's.
         let result = Consumer::seek_partitions(self, offsets, timeout)?;
-        result
-            .elements()
-            .iter()
-            .try_for_each(|e| e.error())
+        result.elements().iter().try_for_each(|e| e.error())
     }
 }
