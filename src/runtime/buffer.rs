@@ -216,16 +216,6 @@ impl<M: Buffered> TaskBuffers<M> {
             .collect()
     }
 
-    /// Whether `topic`/`partition` is assigned, not paused and has nothing
-    /// buffered: the thread waits for the consumer to fetch it.
-    pub(crate) fn waits_for_fetch(&self, topic: &str, partition: i32) -> bool {
-        self.index
-            .get(topic)
-            .and_then(|p| p.get(&partition))
-            .and_then(|&(task, i)| self.tasks.get(&task)?.partitions.get(i))
-            .is_some_and(|q| !q.paused && q.records.is_empty())
-    }
-
     /// Appends a record of `topic`/`partition` for `task`. Returns `false`
     /// (and drops the record) when that partition is not assigned.
     pub(crate) fn push(&mut self, task: TaskId, topic: &str, partition: i32, record: M) -> bool {
@@ -450,10 +440,6 @@ mod tests {
         b.push(task(0), "left", 0, Rec(0, "x"));
         assert_eq!(b.take_full(&stats), [("left".to_string(), 1)]);
         assert!(b.take_full(&stats).is_empty(), "paused once");
-        assert!(!b.waits_for_fetch("left", 1), "paused");
-        assert!(!b.waits_for_fetch("left", 0), "holds a record");
-        assert!(b.waits_for_fetch("right", 0), "empty and fetching");
-        assert!(!b.waits_for_fetch("left", 7), "not assigned");
         assert!(b.take_drained(&stats).is_empty(), "still full");
         let now = Instant::now();
         b.next(task(1), now);

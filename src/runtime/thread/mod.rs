@@ -68,7 +68,6 @@
 mod client;
 mod commit;
 mod creator;
-mod fetch_watch;
 mod phases;
 mod producer;
 mod rebalance;
@@ -239,8 +238,6 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     let context = RebalanceContext {
         thread: thread.clone(),
         lag: LagMeter::new(env.metrics.clone()),
-        fetch: Default::default(),
-        read_committed: config.is_exactly_once(),
     };
     let consumer: BaseConsumer<RebalanceContext> =
         super::clients::consumer(config, index, process_id, context)?;

@@ -11,11 +11,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::{Message, TopicPartitionList};
 
-use super::fetch_watch::{self, FetchWatch, Stuck};
-use super::{
-    OFFSETS_TIMEOUT, RebalanceContext, Shared, StreamThread, ThreadEnv, ThreadState, lock,
-    wall_clock_ms,
-};
+use super::{RebalanceContext, Shared, StreamThread, ThreadEnv, ThreadState, lock, wall_clock_ms};
 use crate::processor::{Headers, InputRecord, TaskId};
 use crate::runtime::buffer::{Buffered, TaskBuffers};
 use crate::runtime::error::classify_kafka;
@@ -42,8 +38,6 @@ struct LoopState<'c> {
     /// When the last poll round started.
     poll_started: Instant,
     polling_errors: PollErrors,
-    /// Input partitions the consumer may have stopped fetching.
-    fetch_watch: FetchWatch,
 }
 
 /// Transient polling errors, logged at most once per interval.
@@ -84,7 +78,6 @@ pub(super) fn main_loop(
         last_commit: Instant::now(),
         poll_started: Instant::now(),
         polling_errors: PollErrors::default(),
-        fetch_watch: FetchWatch::default(),
     };
     while !env.shutdown.load(Ordering::SeqCst) {
         let (generation, index, restoring) = {
@@ -130,9 +123,6 @@ pub(super) fn main_loop(
             update_buffers(&t, &mut state.buffers, consumer, &dropped);
             state.buffered_version = t.assignment_version;
         }
-        if t.state == ThreadState::Running {
-            watch_fetching(&t, consumer, &mut state);
-        }
         let result = run_phases(env, &mut t, consumer, &mut state);
         if let Err(e) = result {
             t.handle_error(e)?;
@@ -140,100 +130,6 @@ pub(super) fn main_loop(
         answer_queries(env, &t);
     }
     Ok(())
-}
-
-/// Seeks the input partitions the consumer stopped fetching (see
-/// [`super::fetch_watch`]) to the position the thread needs next: after
-/// the last record it polled, or the committed offset when it polled none
-/// since its last seek (the buffers of such a partition are empty).
-fn watch_fetching(
-    t: &StreamThread,
-    consumer: &BaseConsumer<RebalanceContext>,
-    state: &mut LoopState<'_>,
-) {
-    let Some(samples) = fetch_watch::take(&consumer.context().fetch) else {
-        return;
-    };
-    let buffers = &state.buffers;
-    let stuck = state.fetch_watch.observe(
-        &samples,
-        |topic, partition| {
-            t.assignment
-                .iter()
-                .any(|(at, ap)| at == topic && *ap == partition)
-                && buffers.waits_for_fetch(topic, partition)
-        },
-        Instant::now(),
-    );
-    if !stuck.is_empty() {
-        refetch(consumer, &stuck);
-    }
-}
-
-/// Seeks each `stuck` partition to its position (see [`watch_fetching`]).
-fn refetch(consumer: &BaseConsumer<RebalanceContext>, stuck: &[Stuck]) {
-    let positions = consumer.position().unwrap_or_default();
-    let mut need_committed = TopicPartitionList::new();
-    let mut seek = TopicPartitionList::new();
-    for s in stuck {
-        match positions
-            .find_partition(&s.topic, s.partition)
-            .map(|e| e.offset())
-        {
-            Some(rdkafka::Offset::Offset(n)) => {
-                let _ =
-                    seek.add_partition_offset(&s.topic, s.partition, rdkafka::Offset::Offset(n));
-            }
-            _ => {
-                need_committed.add_partition(&s.topic, s.partition);
-            }
-        }
-    }
-    if need_committed.count() > 0 {
-        match consumer.committed_offsets(need_committed, OFFSETS_TIMEOUT) {
-            Ok(committed) => {
-                for e in committed.elements() {
-                    let offset = match e.offset() {
-                        rdkafka::Offset::Offset(n) => rdkafka::Offset::Offset(n),
-                        _ => rdkafka::Offset::Beginning,
-                    };
-                    let _ = seek.add_partition_offset(e.topic(), e.partition(), offset);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "reading committed offsets to refetch stuck partitions failed; trying again later")
-            }
-        }
-    }
-    for s in stuck {
-        let to = seek
-            .find_partition(&s.topic, s.partition)
-            .map(|e| format!("{:?}", e.offset()))
-            .unwrap_or_else(|| "nowhere yet".to_string());
-        tracing::warn!(
-            topic = %s.topic,
-            partition = s.partition,
-            fetch_state = %s.state,
-            next_offset = s.next_offset,
-            end_offset = s.end_offset,
-            seek_to = %to,
-            "the consumer has not fetched this partition for {} s although it has records to read: seeking it again",
-            fetch_watch::STUCK_AFTER.as_secs()
-        );
-    }
-    if seek.count() == 0 {
-        return;
-    }
-    match consumer.seek_partitions(seek, OFFSETS_TIMEOUT) {
-        Ok(result) => {
-            for e in result.elements() {
-                if let Err(error) = e.error() {
-                    tracing::warn!(topic = e.topic(), partition = e.partition(), %error, "seeking a stuck partition failed; trying again later");
-                }
-            }
-        }
-        Err(error) => tracing::warn!(%error, "seeking stuck partitions failed; trying again later"),
-    }
 }
 
 /// Buffer, process, punctuate and maybe commit: the phases that need the

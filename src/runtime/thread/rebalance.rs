@@ -22,7 +22,6 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 
 use super::commit::{CommitScope, revoke};
-use super::fetch_watch::{self, FetchSamples, samples};
 use super::producer::TxnState;
 use super::tasks::task_ids;
 use super::{Shared, StreamThread, ThreadState, lock};
@@ -33,16 +32,11 @@ use crate::processor::TaskId;
 pub(crate) struct RebalanceContext {
     pub(super) thread: Shared,
     pub(super) lag: LagMeter,
-    /// The latest statistics' fetch progress, for the thread's loop.
-    pub(super) fetch: FetchSamples,
-    /// Whether the consumer reads `read_committed`.
-    pub(super) read_committed: bool,
 }
 
 impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.lag.update(&statistics);
-        fetch_watch::put(&self.fetch, samples(&statistics, self.read_committed));
     }
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
