@@ -79,6 +79,7 @@ mod tests {
             at,
             tasks: BTreeMap::new(),
             lag: BTreeMap::from([(("in".to_string(), 0), (42.0, 100.0, at))]),
+            ends: BTreeMap::new(),
             nodes: BTreeMap::from([((0, "KSTREAM-MAPVALUES-0000000001".to_string()), node)]),
             drops: BTreeMap::from([((0, "shed".to_string()), shed)]),
         }

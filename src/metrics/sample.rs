@@ -19,6 +19,10 @@ pub struct Sample {
     /// offset, or high watermark), and when librdkafka's statistics
     /// reported them.
     pub lag: BTreeMap<(String, i32), (f64, f64, Instant)>,
+    /// Per (topic, partition): the end offset (high watermark) asked of the
+    /// broker when the sample was taken, where the sampler asked
+    /// ([`super::scaling`]); empty from [`Sample::read`].
+    pub ends: BTreeMap<(String, i32), f64>,
     /// Per (sub-topology, node): records taken and busy seconds.
     pub nodes: BTreeMap<(u32, String), (f64, f64)>,
     /// Per (sub-topology, reason): records dropped, over its tasks here.
@@ -86,6 +90,7 @@ impl Sample {
             at: Instant::now(),
             tasks,
             lag,
+            ends: BTreeMap::new(),
             nodes,
             drops,
         }

@@ -11,12 +11,19 @@
 //!   what one stream thread processes per second while it does nothing
 //!   else. Busy time is measured around the processing of each run of
 //!   records, so polls, commits and waits for input do not count.
-//! * **input rate** `λ_s` = growth of the end offsets (last stable offset,
-//!   or high watermark) of its source partitions per second, from the same
-//!   statistics as `weir_consumer_lag_records`: what arrives, whether or
-//!   not it is processed. (Processed plus lag growth would be the same in
-//!   the long run, but the consumer's position moves in fetches of up to
-//!   `buffered_records_per_partition` records, which a 10 s window sees.)
+//! * **input rate** `λ_s` = growth of the end offsets (high watermarks) of
+//!   its source partitions per second: what arrives, whether or not it is
+//!   processed. The sampler asks the broker for them (ListOffsets) at the
+//!   start and end of each window. librdkafka's statistics, which give
+//!   `weir_consumer_lag_records`, are not enough here: they only learn a
+//!   partition's end from its fetches, and a thread whose buffers are full
+//!   pauses fetching, so an overloaded instance — the one that needs the
+//!   answer — saw only part of its input (measured: 1,279 of 2,100
+//!   records/s written). A partition the broker did not answer for falls
+//!   back to the statistics' growth. (Processed plus lag growth would be
+//!   the same in the long run, but the consumer's position moves in
+//!   fetches of up to `buffered_records_per_partition` records, which a
+//!   10 s window sees.)
 //! * **threads needed** `n_s = λ_s × (1 + headroom) ÷ μ_s` on this
 //!   instance's partitions, scaled to all partitions of `s`
 //!   (`× tasks_total ÷ tasks_here`, assuming the partitions carry equal
@@ -46,7 +53,7 @@
 //! its lag growth is unknown. The window (`scaling_window_ms`, default
 //! 10 s) should be longer than the statistics interval.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -189,11 +196,20 @@ pub fn recommend(
                 continue;
             }
             lag += now;
-            if let Some(&(then, end_then, was)) = before.lag.get(&(topic.clone(), *partition)) {
+            let key = (topic.clone(), *partition);
+            // The end offsets the broker gave at both ends of the window,
+            // else those of the statistics.
+            let asked = before.ends.get(&key).zip(after.ends.get(&key));
+            if let Some((end_then, end)) = asked {
+                arrival += (end - end_then).max(0.0) / dt;
+            }
+            if let Some(&(then, end_then, was)) = before.lag.get(&key) {
                 let span = at.saturating_duration_since(was).as_secs_f64();
                 if span > 0.0 {
                     lag_growth += (now - then) / span;
-                    arrival += (end - end_then).max(0.0) / span;
+                    if asked.is_none() {
+                        arrival += (end - end_then).max(0.0) / span;
+                    }
                 }
             }
         }
@@ -304,20 +320,35 @@ impl ScalingView {
     }
 }
 
+/// Asks the broker for the end offsets (high watermarks) of partitions;
+/// those it could not get are left out.
+pub type EndOffsets = Box<dyn FnMut(&[(String, i32)]) -> BTreeMap<(String, i32), f64> + Send>;
+
+/// A sample with the end offsets of the partitions it has lag for.
+fn sample_with_ends(metrics: &Metrics, end_offsets: &mut EndOffsets) -> Sample {
+    let mut sample = Sample::read(metrics);
+    let partitions: Vec<(String, i32)> = sample.lag.keys().cloned().collect();
+    if !partitions.is_empty() {
+        sample.ends = end_offsets(&partitions);
+    }
+    sample
+}
+
 /// Starts the sampler thread: every `window` it computes the
 /// recommendation, publishes the gauges and the `GET /scaling` body, until
-/// `shutdown`.
+/// `shutdown`. `end_offsets` asks the broker for the input's end offsets.
 pub(crate) fn start(
     metrics: Arc<Metrics>,
     inputs: ScalingInputs,
     window: Duration,
     view: Arc<ScalingView>,
     shutdown: Arc<AtomicBool>,
+    mut end_offsets: EndOffsets,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("weir-scaling".into())
         .spawn(move || {
-            let mut before = Sample::read(&metrics);
+            let mut before = sample_with_ends(&metrics, &mut end_offsets);
             let mut live_before = before.clone();
             while !shutdown.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
@@ -329,7 +360,7 @@ pub(crate) fn start(
                 if before.at.elapsed() < window {
                     continue;
                 }
-                let after = Sample::read(&metrics);
+                let after = sample_with_ends(&metrics, &mut end_offsets);
                 let Some(answer) = recommend(&inputs, &before, &after) else {
                     before = after;
                     continue;
@@ -358,7 +389,6 @@ pub(crate) fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
     use std::time::Instant;
 
     fn inputs(threads: usize) -> ScalingInputs {
@@ -383,6 +413,7 @@ mod tests {
                 .iter()
                 .map(|(t, p, l, e)| ((t.to_string(), *p), (*l, *e, at)))
                 .collect(),
+            ends: BTreeMap::new(),
             nodes: BTreeMap::new(),
             drops: BTreeMap::new(),
         }
@@ -441,6 +472,39 @@ mod tests {
         assert_eq!(r.subtopologies[1].threads, Some(0.0));
         // Two threads per instance: 2 instances.
         assert_eq!(recommend(&inputs(2), &before, &after).unwrap().instances, 2);
+    }
+
+    #[test]
+    fn the_end_offsets_asked_of_the_broker_count_where_paused_statistics_lag() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        let tasks = |p: f64, b: f64| [("0_0", p, b), ("0_1", p, b), ("0_2", p, b), ("0_3", p, b)];
+        // The consumer paused all four partitions (full buffers): the
+        // statistics saw no end offset move, while the broker's grew by
+        // 5,000 each (2,000 records/s in all).
+        let stale = [
+            ("in", 0, 1_000.0, 1_000.0),
+            ("in", 1, 1_000.0, 1_000.0),
+            ("in", 2, 1_000.0, 1_000.0),
+            ("in", 3, 1_000.0, 1_000.0),
+        ];
+        let mut before = sample(t0, &tasks(0.0, 0.0), &stale);
+        let mut after = sample(t1, &tasks(1_750.0, 2.5), &stale);
+        let paused = recommend(&inputs(1), &before, &after).unwrap();
+        assert_eq!(paused.subtopologies[0].input_rate, 0.0, "statistics alone");
+        for p in 0..4 {
+            before.ends.insert(("in".to_string(), p), 1_000.0);
+            after.ends.insert(("in".to_string(), p), 6_000.0);
+        }
+        // One partition the broker did not answer for at the end: its
+        // statistics count (no growth).
+        after.ends.remove(&("in".to_string(), 3));
+        let r = recommend(&inputs(1), &before, &after).unwrap();
+        let s0 = &r.subtopologies[0];
+        assert!((s0.input_rate - 1_500.0).abs() < 1e-6, "{}", s0.input_rate);
+        // 7,000 records in 10 busy seconds: 700/s; 1,500 × 1.2 / 700.
+        assert!((r.threads - 1_500.0 * 1.2 / 700.0).abs() < 1e-6);
+        assert_eq!(r.instances, 4, "2.57 threads over 4 tasks take 4");
     }
 
     #[test]

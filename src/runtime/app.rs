@@ -268,6 +268,7 @@ impl KafkaStreams {
             Duration::from_millis(self.config.scaling_window_ms),
             self.scaling.clone(),
             self.shutdown.clone(),
+            end_offsets(&self.config)?,
         )
         .map_err(|source| StreamsError::Io {
             context: "spawning the scaling thread",
@@ -463,6 +464,26 @@ fn local_ip_towards(bootstrap_servers: &str) -> Option<std::net::IpAddr> {
     let socket = std::net::UdpSocket::bind(any).ok()?;
     socket.connect(target).ok()?;
     Some(socket.local_addr().ok()?.ip())
+}
+
+/// The scaling signal's source of end offsets: the high watermarks of the
+/// input partitions, asked of their leaders by a client of its own.
+fn end_offsets(
+    config: &StreamsConfig,
+) -> Result<crate::metrics::scaling::EndOffsets, StreamsError> {
+    use rdkafka::consumer::Consumer;
+    let client = super::clients::metadata_client(config)?;
+    Ok(Box::new(move |partitions: &[(String, i32)]| {
+        partitions
+            .iter()
+            .filter_map(|(topic, partition)| {
+                let (_, high) = client
+                    .fetch_watermarks(topic, *partition, Duration::from_secs(2))
+                    .ok()?;
+                Some(((topic.clone(), *partition), high as f64))
+            })
+            .collect()
+    }))
 }
 
 #[cfg(test)]
