@@ -5,6 +5,7 @@
 //! applied on top (the keys Weir must own are rejected at validation).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
@@ -196,6 +197,23 @@ fn restore_config(config: &StreamsConfig) -> ClientConfig {
     c
 }
 
+/// Kafka Streams' EOS default for `transaction.timeout.ms`: a crashed
+/// instance's open transaction blocks read_committed readers for at most
+/// this long.
+const TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+
+/// The stream threads' transaction timeout: `transaction.timeout.ms` from
+/// the `producer.` or `kafka.` options, else [`TRANSACTION_TIMEOUT_MS`].
+pub(crate) fn transaction_timeout(config: &StreamsConfig) -> Duration {
+    let ms = config
+        .producer_overrides
+        .get("transaction.timeout.ms")
+        .or_else(|| config.client_overrides.get("transaction.timeout.ms"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TRANSACTION_TIMEOUT_MS);
+    Duration::from_millis(ms)
+}
+
 /// The producer of a stream thread; transactional when `transactional_id` is given.
 pub(crate) fn producer(
     config: &StreamsConfig,
@@ -210,9 +228,7 @@ pub(crate) fn producer(
         .set("linger.ms", "5");
     if let Some(id) = transactional_id {
         c.set("transactional.id", id)
-            // Kafka Streams' EOS default: a crashed instance's open transaction
-            // blocks read_committed readers for at most this long.
-            .set("transaction.timeout.ms", "10000")
+            .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
             // librdkafka (#5511, 2.12) waits for the group coordinator it
             // sends the offsets of a transaction to by waiting for some
             // broker connection to go up or down; a coordinator that died

@@ -20,9 +20,12 @@ use crate::processor::RecordCollector;
 use crate::runtime::collector::{KafkaCollector, ProducerEvents, ThreadProducer};
 
 /// A producer that takes a stream thread's output and runs its transactions.
-pub(crate) trait TxnProducer {
+///
+/// Its transactional calls are made from a helper thread (see
+/// `thread::producer`), hence `Send + Sync + 'static`.
+pub(crate) trait TxnProducer: Send + Sync + 'static {
     /// The consumer group metadata that fences offsets sent to a transaction.
-    type Group;
+    type Group: Send + Sync + 'static;
     /// What task output is sent through.
     type Collector<'a>: RecordCollector
     where

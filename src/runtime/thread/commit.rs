@@ -61,7 +61,7 @@ where
     producer.flush()?;
     let offsets = tasks.offsets_to_commit(scope.layout);
     let group = consumer.group_metadata();
-    producer.commit_transaction(&offsets, group.as_ref())?;
+    producer.commit_transaction(&offsets, group)?;
     let committed =
         tasks.commit_stores(|topic, partition| producer.changelog_offset(topic, partition))?;
     if producer.state() == super::producer::TxnState::NonTransactional

@@ -100,6 +100,13 @@ use crate::metrics::{LagMeter, ThreadMeter};
 
 /// Timeout of one transactional or flush call.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How much longer than its timeout the thread waits for a transactional
+/// call before it abandons the producer (`thread::producer`).
+const TXN_ABANDON_GRACE: Duration = Duration::from_secs(10);
+/// The same once the application shuts down: the transaction timeout
+/// (`transaction.timeout.ms`), after which the coordinator aborts the
+/// transaction anyway.
+const TXN_ABANDON_ON_SHUTDOWN: Duration = Duration::from_secs(10);
 /// Timeout of reading committed offsets and seeking.
 const OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait between two recovery attempts.
@@ -207,8 +214,12 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         config.is_exactly_once(),
         ProducerTimeouts {
             call: TXN_TIMEOUT,
+            send_offsets: TXN_TIMEOUT.min(super::clients::transaction_timeout(config)),
             retry_for: producer::RETRY_FOR,
+            abandon_grace: TXN_ABANDON_GRACE,
+            abandon_on_shutdown: TXN_ABANDON_ON_SHUTDOWN,
         },
+        env.shutdown.clone(),
     )?;
     let creator = ActiveTaskCreator::new(
         env.clone(),

@@ -24,8 +24,24 @@
 //! * A fenced or fatal producer is `Defunct`: no call is made on it until
 //!   [`StreamsProducer::reset`] replaced it with a new one (which fences
 //!   whatever the old one left open).
+//! * The blocking transactional calls (init, send offsets, commit, abort)
+//!   run on a helper thread, and the stream thread waits for each at most
+//!   its timeout plus [`ProducerTimeouts::abandon_grace`]. librdkafka does
+//!   not always honour their timeouts: `send_offsets_to_transaction` waits
+//!   without a deadline for its group-coordinator request (librdkafka
+//!   issue #5456: the coordinator request's timeout is never checked; it
+//!   moves on only when some broker connection goes up or down), and after
+//!   a transaction coordinator was killed it was seen to hang until the
+//!   group expelled the thread, and on. A call
+//!   that does not return in time leaves the producer `Defunct` and
+//!   abandoned: the helper thread keeps it until the call returns (it may
+//!   never), and the replacement fences it. Its open transaction is
+//!   aborted by the replacement's `init_transactions` (or the
+//!   coordinator's transaction timeout), so nothing it wrote is committed.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use rdkafka::TopicPartitionList;
@@ -63,29 +79,109 @@ pub(crate) type ProducerFactory<P> = Box<dyn FnMut() -> Result<P, StreamsError> 
 pub(crate) struct ProducerTimeouts {
     /// Timeout of one transactional or flush call.
     pub(crate) call: Duration,
+    /// Timeout of `send_offsets_to_transaction`: librdkafka caps it at the
+    /// transaction timeout (`transaction.timeout.ms`).
+    pub(crate) send_offsets: Duration,
     /// How long retriable errors of a commit are retried.
     pub(crate) retry_for: Duration,
+    /// How much longer than its own timeout the stream thread waits for a
+    /// transactional call that has not returned before it abandons the
+    /// producer (librdkafka should have returned by then).
+    pub(crate) abandon_grace: Duration,
+    /// How long it waits for one once the application shuts down.
+    pub(crate) abandon_on_shutdown: Duration,
 }
 
 /// The stream thread's producer and its transaction; see the module docs.
 pub(crate) struct StreamsProducer<P: TxnProducer> {
-    producer: P,
+    producer: Arc<P>,
+    calls: CallThread,
+    shutdown: Arc<AtomicBool>,
     state: TxnState,
     factory: ProducerFactory<P>,
     timeouts: ProducerTimeouts,
 }
 
+/// The tries of one retried call: when they began and the next pause.
+struct Tries {
+    started: Instant,
+    backoff: Duration,
+}
+
+impl Tries {
+    fn new() -> Self {
+        Tries {
+            started: Instant::now(),
+            backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The helper thread that makes a producer's blocking transactional calls.
+struct CallThread {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl CallThread {
+    fn spawn() -> Result<Self, StreamsError> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("weir-txn".to_string())
+            .spawn(move || {
+                for job in queue {
+                    job();
+                }
+            })
+            .map_err(|source| StreamsError::Io {
+                context: "starting the producer's transaction thread",
+                source,
+            })?;
+        Ok(CallThread { jobs })
+    }
+
+    /// Runs `call` on the helper thread; `None` when `give_up(waited)`
+    /// said so before it returned (it goes on running there) or the thread
+    /// is gone.
+    fn run<R: Send + 'static>(
+        &self,
+        give_up: impl Fn(Duration) -> bool,
+        call: impl FnOnce() -> R + Send + 'static,
+    ) -> Option<R> {
+        let (done, result) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move || {
+            let _ = done.send(call());
+        });
+        self.jobs.send(job).ok()?;
+        let started = Instant::now();
+        loop {
+            match result.recv_timeout(Duration::from_millis(100)) {
+                Ok(outcome) => return Some(outcome),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) if give_up(started.elapsed()) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
 impl<P: TxnProducer> StreamsProducer<P> {
     /// Creates the producer and, when `exactly_once`, initializes its
     /// transactions (fencing a previous producer with the same id).
+    /// `shutdown` is the application's shutdown flag: once set, a hung
+    /// call is abandoned sooner.
     pub(crate) fn new(
         mut factory: ProducerFactory<P>,
         exactly_once: bool,
         timeouts: ProducerTimeouts,
+        shutdown: Arc<AtomicBool>,
     ) -> Result<Self, StreamsError> {
-        let producer = factory()?;
+        let producer = Arc::new(factory()?);
         let mut this = StreamsProducer {
             producer,
+            calls: CallThread::spawn()?,
+            shutdown,
             state: if exactly_once {
                 TxnState::Ready
             } else {
@@ -102,9 +198,11 @@ impl<P: TxnProducer> StreamsProducer<P> {
 
     fn init(&mut self) -> Result<(), StreamsError> {
         let timeout = self.timeouts.call;
-        self.retrying("initializing transactions (fencing older instances)", |p| {
-            p.init_transactions(timeout)
-        })
+        self.retrying(
+            "initializing transactions (fencing older instances)",
+            timeout,
+            move |p| p.init_transactions(timeout),
+        )
     }
 
     /// The transaction state.
@@ -153,7 +251,13 @@ impl<P: TxnProducer> StreamsProducer<P> {
             return Err(self.not_usable());
         }
         let timeout = self.timeouts.call;
-        self.retrying("flushing the producer", |p| p.flush(timeout))?;
+        let mut tries = Tries::new();
+        loop {
+            match self.producer.flush(timeout) {
+                Ok(()) => break,
+                Err(e) => self.retry_or_fail("flushing the producer", e, &mut tries)?,
+            }
+        }
         match self.producer.events().take_error() {
             Some(error) => Err(StreamsError::kafka("delivering records", error)),
             None => Ok(()),
@@ -166,14 +270,14 @@ impl<P: TxnProducer> StreamsProducer<P> {
     pub(crate) fn commit_transaction(
         &mut self,
         offsets: &TopicPartitionList,
-        group: Option<&P::Group>,
+        group: Option<P::Group>,
     ) -> Result<(), StreamsError> {
         match self.state {
             TxnState::InTransaction => {}
             TxnState::NonTransactional | TxnState::Ready => return Ok(()),
             TxnState::AbortPending | TxnState::Defunct => return Err(self.not_usable()),
         }
-        let timeout = self.timeouts.call;
+        let (timeout, send_timeout) = (self.timeouts.call, self.timeouts.send_offsets);
         if offsets.count() > 0 {
             let Some(group) = group else {
                 return Err(StreamsError::kafka(
@@ -181,11 +285,14 @@ impl<P: TxnProducer> StreamsProducer<P> {
                     KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::UnknownMemberId),
                 ));
             };
-            self.retrying("sending offsets to the transaction", |p| {
-                p.send_offsets_to_transaction(offsets, group, timeout)
-            })?;
+            let (offsets, group) = (Arc::new(offsets.clone()), Arc::new(group));
+            self.retrying(
+                "sending offsets to the transaction",
+                send_timeout,
+                move |p| p.send_offsets_to_transaction(&offsets, &group, send_timeout),
+            )?;
         }
-        self.retrying("committing the transaction", |p| {
+        self.retrying("committing the transaction", timeout, move |p| {
             p.commit_transaction(timeout)
         })?;
         self.state = TxnState::Ready;
@@ -204,7 +311,11 @@ impl<P: TxnProducer> StreamsProducer<P> {
         }
         self.producer.purge();
         let _ = self.producer.events().take_error();
-        match self.producer.abort_transaction(self.timeouts.call) {
+        let timeout = self.timeouts.call;
+        let outcome = self.call("aborting the transaction", timeout, move |p| {
+            p.abort_transaction(timeout)
+        })?;
+        match outcome {
             Ok(()) => {
                 self.state = TxnState::Ready;
                 Ok(())
@@ -227,9 +338,12 @@ impl<P: TxnProducer> StreamsProducer<P> {
         }
         tracing::info!(
             transactional_id = self.producer.transactional_id().unwrap_or(""),
-            "replacing the fenced producer"
+            "replacing the fenced or abandoned producer"
         );
-        self.producer = (self.factory)()?;
+        // A fresh helper thread: the old one may still be inside a call
+        // that never returned, holding the old producer.
+        self.calls = CallThread::spawn()?;
+        self.producer = Arc::new((self.factory)()?);
         self.state = TxnState::Ready;
         if let Err(e) = self.init() {
             self.state = TxnState::Defunct;
@@ -238,32 +352,84 @@ impl<P: TxnProducer> StreamsProducer<P> {
         Ok(())
     }
 
-    /// Runs `call` until it succeeds, fails with an error that is not
-    /// retriable, or [`ProducerTimeouts::retry_for`] has passed.
+    /// Runs the transactional `call` (given `timeout` by librdkafka) until
+    /// it succeeds, fails with an error that is not retriable, or
+    /// [`ProducerTimeouts::retry_for`] has passed.
     fn retrying(
         &mut self,
         context: &str,
-        call: impl Fn(&P) -> Result<(), KafkaError>,
+        timeout: Duration,
+        call: impl Fn(&P) -> Result<(), KafkaError> + Send + Sync + 'static,
     ) -> Result<(), StreamsError> {
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(50);
+        let call = Arc::new(call);
+        let mut tries = Tries::new();
         loop {
-            let error = match call(&self.producer) {
+            let call = call.clone();
+            match self.call(context, timeout, move |p| call(p))? {
                 Ok(()) => return Ok(()),
-                Err(e) => self.error(context, e),
-            };
-            if error.recovery() != Recovery::Retry {
-                return Err(error);
+                Err(e) => self.retry_or_fail(context, e, &mut tries)?,
             }
-            if started.elapsed() >= self.timeouts.retry_for {
-                return Err(StreamsError::Timeout {
-                    context: format!("{context} (last error: {error})"),
+        }
+    }
+
+    /// After a failed try: `Ok` after a backoff when the error is
+    /// retriable and time is left, else the error.
+    fn retry_or_fail(
+        &mut self,
+        context: &str,
+        error: KafkaError,
+        tries: &mut Tries,
+    ) -> Result<(), StreamsError> {
+        let error = self.error(context, error);
+        if error.recovery() != Recovery::Retry {
+            return Err(error);
+        }
+        if tries.started.elapsed() >= self.timeouts.retry_for {
+            return Err(StreamsError::Timeout {
+                context: format!("{context} (last error: {error})"),
+                after: tries.started.elapsed(),
+            });
+        }
+        tracing::warn!(error = %error, "retrying");
+        std::thread::sleep(tries.backoff);
+        tries.backoff = (tries.backoff * 2).min(MAX_BACKOFF);
+        Ok(())
+    }
+
+    /// Makes one transactional call, given `timeout` by librdkafka, on the
+    /// helper thread. A call that has not returned [`ProducerTimeouts::abandon_grace`]
+    /// after its timeout is left to finish there: the producer is abandoned
+    /// (`Defunct`) and the error says so.
+    fn call(
+        &mut self,
+        context: &str,
+        timeout: Duration,
+        call: impl FnOnce(&P) -> Result<(), KafkaError> + Send + 'static,
+    ) -> Result<Result<(), KafkaError>, StreamsError> {
+        let producer = self.producer.clone();
+        let abandon_after = timeout + self.timeouts.abandon_grace;
+        let on_shutdown = self.timeouts.abandon_on_shutdown;
+        let shutdown = self.shutdown.clone();
+        let give_up = move |waited: Duration| {
+            waited >= abandon_after || (waited >= on_shutdown && shutdown.load(Ordering::Relaxed))
+        };
+        let started = Instant::now();
+        match self.calls.run(give_up, move || call(&producer)) {
+            Some(outcome) => Ok(outcome),
+            None => {
+                self.state = TxnState::Defunct;
+                tracing::warn!(
+                    transactional_id = self.producer.transactional_id().unwrap_or(""),
+                    "{context}: librdkafka did not return within {:?}; abandoning the producer",
+                    started.elapsed()
+                );
+                Err(StreamsError::Timeout {
+                    context: format!(
+                        "{context}: the producer did not return (abandoned; a new one replaces it)"
+                    ),
                     after: started.elapsed(),
-                });
+                })
             }
-            tracing::warn!(error = %error, "retrying");
-            std::thread::sleep(backoff);
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

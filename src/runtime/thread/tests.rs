@@ -39,6 +39,8 @@ struct FakeProducer {
     log: Log,
     /// call name → errors its next calls return, in order.
     errors: Arc<Mutex<HashMap<&'static str, VecDeque<KafkaError>>>>,
+    /// Calls that block (as librdkafka's sometimes did) until the test ends.
+    hangs: Arc<Mutex<Vec<&'static str>>>,
     events: ProducerEvents,
     next_offset: Mutex<i64>,
 }
@@ -46,6 +48,9 @@ struct FakeProducer {
 impl FakeProducer {
     fn call(&self, name: &'static str) -> KafkaResult<()> {
         note(&self.log, name);
+        if self.hangs.lock().unwrap().contains(&name) {
+            std::thread::sleep(Duration::from_secs(30));
+        }
         match self
             .errors
             .lock()
@@ -182,6 +187,7 @@ impl TaskCreator for MemoryCreator {
 struct Rig {
     log: Log,
     errors: Arc<Mutex<HashMap<&'static str, VecDeque<KafkaError>>>>,
+    hangs: Arc<Mutex<Vec<&'static str>>>,
     tasks: TaskManager,
     producer: StreamsProducer<FakeProducer>,
     consumer: FakeConsumer,
@@ -194,14 +200,17 @@ impl Rig {
     fn new(exactly_once: bool, retry_for: Duration) -> Rig {
         let log: Log = Arc::default();
         let errors: Arc<Mutex<HashMap<_, VecDeque<_>>>> = Arc::default();
+        let hangs: Arc<Mutex<Vec<_>>> = Arc::default();
         let producers_made = Arc::new(Mutex::new(0));
         let factory = {
             let (log, errors, made) = (log.clone(), errors.clone(), producers_made.clone());
+            let hangs = hangs.clone();
             Box::new(move || {
                 *made.lock().unwrap() += 1;
                 Ok(FakeProducer {
                     log: log.clone(),
                     errors: errors.clone(),
+                    hangs: hangs.clone(),
                     events: ProducerEvents::default(),
                     next_offset: Mutex::new(0),
                 })
@@ -209,15 +218,20 @@ impl Rig {
         };
         let timeouts = ProducerTimeouts {
             call: Duration::from_secs(1),
+            send_offsets: Duration::from_millis(300),
             retry_for,
+            abandon_grace: Duration::from_millis(200),
+            abandon_on_shutdown: Duration::from_millis(500),
         };
-        let producer = StreamsProducer::new(factory, exactly_once, timeouts).unwrap();
+        let producer =
+            StreamsProducer::new(factory, exactly_once, timeouts, Arc::default()).unwrap();
         let topology = Arc::new(word_count());
         let existing = HashMap::from([("lines".to_string(), 1)]);
         let layout = plan(&topology, "app", &existing).unwrap();
         let mut rig = Rig {
             log: log.clone(),
             errors,
+            hangs,
             tasks: TaskManager::default(),
             producer,
             consumer: FakeConsumer { log },
@@ -434,6 +448,38 @@ fn a_fenced_producer_is_replaced_before_it_is_used_again() {
         rig.take_log().ends_with(&["init".to_string()]),
         "the new producer fences the old id"
     );
+}
+
+#[test]
+fn a_call_that_never_returns_is_abandoned_and_the_producer_replaced() {
+    let mut rig = Rig::new(true, Duration::from_secs(1));
+    rig.process("a", 0);
+    rig.hangs.lock().unwrap().push("send_offsets");
+    let started = std::time::Instant::now();
+    let error = rig.commit().unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "the thread waited {waited:?}, not send_offsets' timeout plus the grace (500 ms)"
+    );
+    assert!(matches!(error, StreamsError::Timeout { .. }), "{error}");
+    assert_eq!(error.recovery(), Recovery::Retry);
+    assert_eq!(rig.producer.state(), TxnState::Defunct);
+    assert!(
+        rig.producer.begin_if_needed().is_err(),
+        "an abandoned producer is not used"
+    );
+    rig.hangs.lock().unwrap().clear();
+    rig.producer.abort().unwrap();
+    rig.tasks.abort_all();
+    rig.producer.reset().unwrap();
+    assert_eq!(*rig.producers_made.lock().unwrap(), 2);
+    assert_eq!(rig.producer.state(), TxnState::Ready);
+    assert!(
+        rig.take_log().ends_with(&["init".to_string()]),
+        "the new producer fences the abandoned one"
+    );
+    assert_eq!(rig.committed_offset(), None, "nothing was committed");
 }
 
 #[test]
