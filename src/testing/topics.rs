@@ -127,6 +127,29 @@ impl TestBroker {
         }
     }
 
+    /// Whether the controller has fenced broker `node`: the cluster's
+    /// metadata lists it no more and no partition is led by it. A killed
+    /// broker restarted before that replays metadata in which it still
+    /// leads, and Kafka 4.4 lets it act on records its log holds beyond
+    /// the high watermark (ARCHITECTURE.md, *A broker back before it was
+    /// fenced*); fault tests restart a killed broker only once this holds.
+    pub fn fenced(&self, node: i32) -> bool {
+        let client: BaseConsumer = self
+            .client_config()
+            .create()
+            .expect("creating the metadata client failed");
+        client
+            .fetch_metadata(None, Duration::from_secs(5))
+            .is_ok_and(|md| {
+                !md.brokers().iter().any(|b| b.id() == node)
+                    && !md
+                        .topics()
+                        .iter()
+                        .flat_map(|t| t.partitions())
+                        .any(|p| p.leader() == node)
+            })
+    }
+
     /// The broker leading the `__transaction_state` partition of
     /// `transactional_id`: its transaction coordinator.
     pub fn transaction_coordinator(&self, transactional_id: &str) -> i32 {
