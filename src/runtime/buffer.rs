@@ -24,6 +24,13 @@
 //! * Buffers belong to one consumer generation: a rebalance or a rewind
 //!   clears them (the consumer fetches those records again from the
 //!   committed offsets) and lifts every pause.
+//! * Within a generation a partition's offsets only grow: a record whose
+//!   offset is below the next one expected was taken already (the
+//!   consumer delivered it again) and is refused ([`Push::Again`]), so a
+//!   task never processes an input offset twice between two rewinds. A
+//!   short chaos run saw librdkafka deliver a repartition partition again
+//!   from about 400 offsets back, with no rebalance, seek or error
+//!   reported, and the task counted those records twice.
 //!
 //! # Cost per record
 //!
@@ -46,11 +53,43 @@ use crate::processor::TaskId;
 pub(crate) trait Buffered {
     /// The record's timestamp in milliseconds (`-1` when it has none).
     fn timestamp_ms(&self) -> i64;
+    /// The record's offset in its partition (`-1`: unknown, never refused
+    /// as a repeat).
+    fn partition_offset(&self) -> i64 {
+        -1
+    }
 }
 
 impl Buffered for BorrowedMessage<'_> {
     fn timestamp_ms(&self) -> i64 {
         self.timestamp().to_millis().unwrap_or(-1)
+    }
+
+    fn partition_offset(&self) -> i64 {
+        self.offset()
+    }
+}
+
+/// What [`TaskBuffers::push`] did with a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Push {
+    Buffered,
+    /// Its partition is not assigned to that task; dropped.
+    NotAssigned,
+    /// Its offset is below `expected`, the next one this generation has
+    /// not taken yet: delivered again, dropped. `first` says it starts a
+    /// run of such records (the caller logs it once).
+    Again {
+        expected: i64,
+        first: bool,
+    },
+}
+
+#[cfg(test)]
+impl Push {
+    /// Whether the record was buffered.
+    pub(crate) fn buffered(self) -> bool {
+        self == Push::Buffered
     }
 }
 
@@ -89,6 +128,11 @@ struct PartitionQueue<M> {
     partition: i32,
     records: VecDeque<M>,
     paused: bool,
+    /// The offset after the last record taken in this generation (`-1`:
+    /// none yet).
+    next_offset: i64,
+    /// Records refused as delivered again since the last one taken.
+    again: u64,
 }
 
 struct TaskQueues<M> {
@@ -179,6 +223,8 @@ impl<M: Buffered> TaskBuffers<M> {
                 partition,
                 records: VecDeque::new(),
                 paused: false,
+                next_offset: -1,
+                again: 0,
             });
             self.tasks
                 .entry(task)
@@ -216,25 +262,38 @@ impl<M: Buffered> TaskBuffers<M> {
             .collect()
     }
 
-    /// Appends a record of `topic`/`partition` for `task`. Returns `false`
-    /// (and drops the record) when that partition is not assigned.
-    pub(crate) fn push(&mut self, task: TaskId, topic: &str, partition: i32, record: M) -> bool {
+    /// Appends a record of `topic`/`partition` for `task`, unless that
+    /// partition is not the task's or the record's offset was taken
+    /// already in this generation (module docs).
+    pub(crate) fn push(&mut self, task: TaskId, topic: &str, partition: i32, record: M) -> Push {
         let Some(&(owner, i)) = self.index.get(topic).and_then(|p| p.get(&partition)) else {
-            return false;
+            return Push::NotAssigned;
         };
         if owner != task {
-            return false;
+            return Push::NotAssigned;
         }
         let Some(queues) = self.tasks.get_mut(&task) else {
-            return false;
+            return Push::NotAssigned;
         };
         let queue = &mut queues.partitions[i];
+        let offset = record.partition_offset();
+        if offset >= 0 {
+            if offset < queue.next_offset {
+                queue.again += 1;
+                return Push::Again {
+                    expected: queue.next_offset,
+                    first: queue.again == 1,
+                };
+            }
+            queue.next_offset = offset + 1;
+            queue.again = 0;
+        }
         if queue.records.is_empty() {
             queues.non_empty += 1;
         }
         queue.records.push_back(record);
         self.buffered += 1;
-        true
+        Push::Buffered
     }
 
     /// Records buffered over all tasks.
@@ -389,10 +448,11 @@ mod tests {
             ("right", Rec(20, "r20")),
             ("right", Rec(40, "r40")),
         ] {
-            assert!(b.push(task(0), topic, 0, r));
+            assert!(b.push(task(0), topic, 0, r).buffered());
         }
-        assert!(
-            !b.push(task(0), "other", 0, Rec(1, "x")),
+        assert_eq!(
+            b.push(task(0), "other", 0, Rec(1, "x")),
+            Push::NotAssigned,
             "unassigned partition"
         );
         assert_eq!(b.len(), 5);
@@ -484,8 +544,11 @@ mod tests {
         );
         assert_eq!(paused, [("left".to_string(), 1)]);
         assert_eq!(b.len(), 1, "task 0's record stays, task 1's are gone");
-        assert!(b.push(task(2), "left", 2, Rec(4, "l2")));
-        assert!(!b.push(task(1), "left", 1, Rec(5, "x")), "revoked");
+        assert!(b.push(task(2), "left", 2, Rec(4, "l2")).buffered());
+        assert!(
+            !b.push(task(1), "left", 1, Rec(5, "x")).buffered(),
+            "revoked"
+        );
         let now = Instant::now();
         assert_eq!(b.next(task(0), now).map(|r| r.1), Some("l0"));
         assert_eq!(b.next(task(2), now).map(|r| r.1), Some("l2"));
@@ -500,19 +563,22 @@ mod tests {
             &[("left".to_string(), 0)],
         );
         assert_eq!(b.len(), 0);
-        assert!(b.push(task(0), "left", 0, Rec(7, "fresh")));
+        assert!(b.push(task(0), "left", 0, Rec(7, "fresh")).buffered());
     }
 
     #[test]
     fn records_reach_only_the_task_that_owns_their_partition() {
         let mut b = two_topic_buffers(100, Duration::ZERO);
         assert!(
-            !b.push(task(0), "left", 1, Rec(1, "x")),
+            !b.push(task(0), "left", 1, Rec(1, "x")).buffered(),
             "left/1 belongs to task 1"
         );
-        assert!(!b.push(task(0), "left", 7, Rec(1, "x")), "unassigned");
-        assert!(b.push(task(1), "left", 1, Rec(1, "l1")));
-        assert!(b.push(task(0), "right", 0, Rec(2, "r0")));
+        assert!(
+            !b.push(task(0), "left", 7, Rec(1, "x")).buffered(),
+            "unassigned"
+        );
+        assert!(b.push(task(1), "left", 1, Rec(1, "l1")).buffered());
+        assert!(b.push(task(0), "right", 0, Rec(2, "r0")).buffered());
         let mut ready = vec![task(9)];
         b.tasks_with_records_into(&mut ready);
         assert_eq!(ready, [task(0), task(1)], "replaced, in task order");
@@ -522,9 +588,61 @@ mod tests {
         assert_eq!(ready, [task(0)]);
         // A new assignment moves left/1 to task 0.
         b.reset([(task(0), "left".to_string(), 1)]);
-        assert!(!b.push(task(1), "left", 1, Rec(3, "x")));
-        assert!(b.push(task(0), "left", 1, Rec(3, "l1")));
+        assert!(!b.push(task(1), "left", 1, Rec(3, "x")).buffered());
+        assert!(b.push(task(0), "left", 1, Rec(3, "l1")).buffered());
         assert_eq!(b.next(task(0), now).map(|r| r.1), Some("l1"));
         assert_eq!(b.len(), 0);
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct At(i64);
+
+    impl Buffered for At {
+        fn timestamp_ms(&self) -> i64 {
+            self.0
+        }
+
+        fn partition_offset(&self) -> i64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn an_offset_taken_already_in_this_generation_is_refused() {
+        let mut b: TaskBuffers<At> = TaskBuffers::new(100, Duration::ZERO);
+        let assignment = || [(task(0), "in".to_string(), 0)];
+        b.reset(assignment());
+        for o in [10, 11, 13] {
+            assert_eq!(b.push(task(0), "in", 0, At(o)), Push::Buffered);
+        }
+        // Delivered again from 11: refused until past 13, logged once.
+        assert_eq!(
+            b.push(task(0), "in", 0, At(11)),
+            Push::Again {
+                expected: 14,
+                first: true
+            }
+        );
+        assert_eq!(
+            b.push(task(0), "in", 0, At(13)),
+            Push::Again {
+                expected: 14,
+                first: false
+            }
+        );
+        assert_eq!(b.push(task(0), "in", 0, At(14)), Push::Buffered);
+        let now = Instant::now();
+        let taken: Vec<i64> = std::iter::from_fn(|| b.next(task(0), now))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(taken, [10, 11, 13, 14], "each offset once");
+        // A partition kept through an incremental rebalance remembers...
+        b.update(assignment(), &[]);
+        assert!(!b.push(task(0), "in", 0, At(12)).buffered());
+        // ...one revoked meanwhile, or a rewind, starts anew.
+        b.update(assignment(), &[("in".to_string(), 0)]);
+        assert!(b.push(task(0), "in", 0, At(12)).buffered());
+        b.reset(assignment());
+        assert!(b.push(task(0), "in", 0, At(5)).buffered());
     }
 }

@@ -13,7 +13,7 @@ use rdkafka::{Message, TopicPartitionList};
 
 use super::{RebalanceContext, Shared, StreamThread, ThreadEnv, ThreadState, lock, wall_clock_ms};
 use crate::processor::{Headers, InputRecord, TaskId};
-use crate::runtime::buffer::{Buffered, TaskBuffers};
+use crate::runtime::buffer::{Buffered, Push, TaskBuffers};
 use crate::runtime::error::classify_kafka;
 use crate::runtime::{Recovery, StreamsError};
 
@@ -234,7 +234,21 @@ fn buffer(env: &ThreadEnv, state: &mut LoopState<'_>) {
             subtopology,
             partition,
         };
-        state.buffers.push(id, topic, partition, message);
+        let offset = message.offset();
+        if let Push::Again {
+            expected,
+            first: true,
+        } = state.buffers.push(id, topic, partition, message)
+        {
+            // See the invariants of `runtime::buffer`.
+            tracing::warn!(
+                topic = %topic,
+                partition,
+                offset,
+                expected,
+                "the consumer delivered records again that this task took already; dropping them"
+            );
+        }
     }
 }
 
