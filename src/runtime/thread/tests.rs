@@ -439,6 +439,12 @@ fn a_fenced_producer_is_replaced_before_it_is_used_again() {
         rig.producer.begin_if_needed().is_err(),
         "a defunct producer is not used"
     );
+    assert_replaced_and_fenced(&mut rig);
+}
+
+/// After the thread aborted: the defunct producer is replaced by a second
+/// one, whose `init_transactions` fences the first.
+fn assert_replaced_and_fenced(rig: &mut Rig) {
     rig.producer.abort().unwrap();
     rig.tasks.abort_all();
     rig.producer.reset().unwrap();
@@ -470,15 +476,7 @@ fn a_call_that_never_returns_is_abandoned_and_the_producer_replaced() {
         "an abandoned producer is not used"
     );
     rig.hangs.lock().unwrap().clear();
-    rig.producer.abort().unwrap();
-    rig.tasks.abort_all();
-    rig.producer.reset().unwrap();
-    assert_eq!(*rig.producers_made.lock().unwrap(), 2);
-    assert_eq!(rig.producer.state(), TxnState::Ready);
-    assert!(
-        rig.take_log().ends_with(&["init".to_string()]),
-        "the new producer fences the abandoned one"
-    );
+    assert_replaced_and_fenced(&mut rig);
     assert_eq!(rig.committed_offset(), None, "nothing was committed");
 }
 
