@@ -212,11 +212,13 @@ impl Run<'_> {
     /// the leader in the metadata it replays, and Kafka 4.4 lets it act on
     /// records its log holds beyond the high watermark: a chaos run saw a
     /// restarted transaction coordinator finish a commit that was never
-    /// replicated (its PrepareCommit was lost with the kill), writing the
-    /// commit markers to four partitions of the transaction before the
-    /// controller moved its leaderships, while the new coordinator aborted
-    /// the same transaction on the fifth — committed input offsets with
-    /// some of their output aborted (ARCHITECTURE.md, *Known defects*).
+    /// replicated (its PrepareCommit was lost with the kill), writing commit
+    /// markers to the partitions it could reach before the controller moved
+    /// its leaderships, while the new coordinator aborted the same
+    /// transaction on a partition the restarted broker led itself —
+    /// committed input offsets with some of their output aborted
+    /// (chaos/FINDINGS.md; ARCHITECTURE.md, *A broker back before it was
+    /// fenced*).
     fn broker_down_and_up(&mut self, broker: i32, why: String, down: Duration) -> Result<()> {
         self.cluster.script(&["kill", &broker.to_string()])?;
         let killed = Instant::now();

@@ -76,10 +76,11 @@ pub(crate) enum Push {
     Buffered,
     /// Its partition is not assigned to that task; dropped.
     NotAssigned,
-    /// Its offset is below `expected`, the next one this generation has
+    /// Its `offset` is below `expected`, the next one this generation has
     /// not taken yet: delivered again, dropped. `first` says it starts a
     /// run of such records (the caller logs it once).
     Again {
+        offset: i64,
         expected: i64,
         first: bool,
     },
@@ -131,8 +132,8 @@ struct PartitionQueue<M> {
     /// The offset after the last record taken in this generation (`-1`:
     /// none yet).
     next_offset: i64,
-    /// Records refused as delivered again since the last one taken.
-    again: u64,
+    /// The last record pushed was refused as delivered again.
+    repeating: bool,
 }
 
 struct TaskQueues<M> {
@@ -224,7 +225,7 @@ impl<M: Buffered> TaskBuffers<M> {
                 records: VecDeque::new(),
                 paused: false,
                 next_offset: -1,
-                again: 0,
+                repeating: false,
             });
             self.tasks
                 .entry(task)
@@ -279,14 +280,16 @@ impl<M: Buffered> TaskBuffers<M> {
         let offset = record.partition_offset();
         if offset >= 0 {
             if offset < queue.next_offset {
-                queue.again += 1;
+                let first = !queue.repeating;
+                queue.repeating = true;
                 return Push::Again {
+                    offset,
                     expected: queue.next_offset,
-                    first: queue.again == 1,
+                    first,
                 };
             }
             queue.next_offset = offset + 1;
-            queue.again = 0;
+            queue.repeating = false;
         }
         if queue.records.is_empty() {
             queues.non_empty += 1;
@@ -619,6 +622,7 @@ mod tests {
         assert_eq!(
             b.push(task(0), "in", 0, At(11)),
             Push::Again {
+                offset: 11,
                 expected: 14,
                 first: true
             }
@@ -626,6 +630,7 @@ mod tests {
         assert_eq!(
             b.push(task(0), "in", 0, At(13)),
             Push::Again {
+                offset: 13,
                 expected: 14,
                 first: false
             }

@@ -234,8 +234,8 @@ fn buffer(env: &ThreadEnv, state: &mut LoopState<'_>) {
             subtopology,
             partition,
         };
-        let offset = message.offset();
         if let Push::Again {
+            offset,
             expected,
             first: true,
         } = state.buffers.push(id, topic, partition, message)
