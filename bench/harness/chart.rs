@@ -207,17 +207,53 @@ impl Canvas {
     }
 }
 
+/// One bar of a chart: its label, its value (`None`: the run failed) and
+/// its palette colour.
+pub struct Bar {
+    pub label: String,
+    pub value: Option<f64>,
+    pub colour: u8,
+}
+
+/// Palette colours for other charts of the report.
+pub const WEIR: u8 = 4;
+/// See [`WEIR`].
+pub const KSTREAMS: u8 = 6;
+/// See [`WEIR`].
+pub const KSTREAMS_DARK: u8 = 7;
+
 /// Writes a horizontal bar chart of every run's throughput.
 pub fn write(path: &Path, outcomes: &[Outcome]) -> Result<()> {
-    let (scale, row, gap, left, width) = (2usize, 18usize, 26usize, 250usize, 1100usize);
-    let mut groups: Vec<(String, Vec<&Outcome>)> = Vec::new();
+    let mut groups: Vec<(String, Vec<Bar>)> = Vec::new();
     for o in outcomes {
         let g = format!("{} {}", o.workload, o.guarantee);
+        let bar = Bar {
+            label: o.system.clone(),
+            value: o.error.is_none().then_some(o.throughput),
+            colour: colour(o),
+        };
         match groups.iter_mut().find(|(name, _)| *name == g) {
-            Some((_, v)) => v.push(o),
-            None => groups.push((g, vec![o])),
+            Some((_, v)) => v.push(bar),
+            None => groups.push((g, vec![bar])),
         }
     }
+    bars(
+        path,
+        "throughput, records/s (higher is better)",
+        &groups,
+        |v| format!("{v:.0}"),
+    )
+}
+
+/// Writes a horizontal bar chart: a title, then each group's name and its
+/// bars, scaled to the largest value; `label` prints a bar's value.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    groups: &[(String, Vec<Bar>)],
+    label: impl Fn(f64) -> String,
+) -> Result<()> {
+    let (scale, row, gap, left, width) = (2usize, 18usize, 26usize, 250usize, 1100usize);
     let height = 60
         + groups
             .iter()
@@ -229,32 +265,26 @@ pub fn write(path: &Path, outcomes: &[Outcome]) -> Result<()> {
         h: height,
         px: vec![WHITE; width * height],
     };
-    c.text(10, 10, "throughput, records/s (higher is better)", 3, BLACK);
-    let max = outcomes
+    c.text(10, 10, title, 3, BLACK);
+    let max = groups
         .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.throughput)
-        .fold(1.0, f64::max);
+        .flat_map(|(_, v)| v.iter().filter_map(|b| b.value))
+        .fold(f64::MIN_POSITIVE, f64::max);
     let bar_max = (width - left - 150) as f64;
     let mut y = 60;
-    for (name, runs) in &groups {
+    for (name, bars) in groups {
         c.text(10, y + 4, name, scale, BLACK);
         c.rect(10, y + gap - 6, width - 20, 1, GRAY);
         y += gap;
-        for o in runs {
-            c.text(30, y + 2, &o.system, scale, BLACK);
-            if o.error.is_some() {
-                c.text(left, y + 2, "failed", scale, BLACK);
-            } else {
-                let len = ((o.throughput / max) * bar_max).round().max(1.0) as usize;
-                c.rect(left, y, len, row - 4, colour(o));
-                c.text(
-                    left + len + 8,
-                    y + 2,
-                    &format!("{:.0}", o.throughput),
-                    scale,
-                    BLACK,
-                );
+        for b in bars {
+            c.text(30, y + 2, &b.label, scale, BLACK);
+            match b.value {
+                None => c.text(left, y + 2, "failed", scale, BLACK),
+                Some(v) => {
+                    let len = ((v / max) * bar_max).round().max(1.0) as usize;
+                    c.rect(left, y, len, row - 4, b.colour);
+                    c.text(left + len + 8, y + 2, &label(v), scale, BLACK);
+                }
             }
             y += row;
         }

@@ -84,7 +84,7 @@ fn load(bootstrap: &str, topics: &[String; 3], count: u64) -> Result<[u64; 2]> {
 }
 
 /// Whether the group's committed offsets reached the end of `inputs`.
-fn inputs_done(client: &BaseConsumer, inputs: &[&str], partitions: i32) -> Result<bool> {
+pub(crate) fn inputs_done(client: &BaseConsumer, inputs: &[&str], partitions: i32) -> Result<bool> {
     let mut tpl = TopicPartitionList::new();
     for topic in inputs {
         for p in 0..partitions {

@@ -4,12 +4,14 @@
 //! child process: `weir-bench weir …`, `weir-bench raw …`, or the JVM of
 //! bench/kafka-streams) and regenerates BENCHMARKS.md and its chart.
 
+mod ceiling;
 mod chart;
 mod dcmon;
 mod procstat;
 mod queries;
 mod raw;
 mod report;
+mod restore;
 mod run;
 mod sections;
 mod topologies;
@@ -46,6 +48,54 @@ enum Cmd {
     /// Interactive query speed: local `get` latency and routed HTTP
     /// queries per second (rewrites its section of BENCHMARKS.md).
     Queries(QueriesCli),
+    /// Restart after a SIGKILL with a large store, local state kept and
+    /// wiped, Weir against Kafka Streams (rewrites its section of
+    /// BENCHMARKS.md and bench/restore.png).
+    Restore(RestoreCli),
+}
+
+#[derive(Args)]
+struct RestoreCli {
+    #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
+    bootstrap: String,
+    /// Store sizes: distinct keys counted before the kill.
+    #[arg(
+        long,
+        env = "BENCH_RESTORE_KEYS",
+        value_delimiter = ',',
+        default_value = "1000000,10000000"
+    )]
+    keys: Vec<u64>,
+    #[arg(long, env = "BENCH_PARTITIONS", default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, env = "BENCH_COMMIT_MS", default_value_t = 100)]
+    commit_ms: u64,
+    /// Systems: weir, kstreams, kstreams-tx (transactional state stores).
+    #[arg(
+        long,
+        env = "BENCH_RESTORE_SYSTEMS",
+        value_delimiter = ',',
+        default_value = "weir,kstreams,kstreams-tx"
+    )]
+    systems: Vec<String>,
+    #[arg(long, default_value = "bench/kafka-streams")]
+    kstreams_dir: PathBuf,
+    /// The Kafka Streams version built (for the report).
+    #[arg(long, env = "BENCH_KSTREAMS_VERSION", default_value = "4.4.0")]
+    kstreams_version: String,
+    #[arg(long, env = "BENCH_JAVA_OPTS", default_value = "")]
+    java_opts: String,
+    /// Longest any one wait may take.
+    #[arg(long, env = "BENCH_TIMEOUT_SECS", default_value_t = 600)]
+    timeout_secs: u64,
+    #[arg(long, default_value = "/tmp/weir-bench-restore")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    #[arg(long, default_value = "bench/restore.png")]
+    chart: PathBuf,
+    #[arg(long, env = "BENCH_COMMAND", default_value = "scripts/bench restore")]
+    command: String,
 }
 
 #[derive(Args)]
@@ -109,9 +159,16 @@ struct DcmonCli {
 struct ReportArgs {
     #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
     bootstrap: String,
-    /// Input records per run.
-    #[arg(long, env = "BENCH_RECORDS", default_value_t = 1_000_000)]
+    /// Measured input records per run.
+    #[arg(long, env = "BENCH_RECORDS", default_value_t = 5_000_000)]
     records: u64,
+    /// Input records before the measured ones, processed but not counted
+    /// (start-up, rebalance and JIT warm-up).
+    #[arg(long, env = "BENCH_WARMUP_RECORDS", default_value_t = 1_000_000)]
+    warmup_records: u64,
+    /// Runs of every system per workload and guarantee (median reported).
+    #[arg(long, env = "BENCH_REPEAT", default_value_t = 3)]
+    repeat: usize,
     /// Distinct keys.
     #[arg(long, env = "BENCH_KEYS", default_value_t = 10_000)]
     keys: u64,
@@ -196,6 +253,12 @@ struct ChildArgs {
     bootstrap: String,
     #[arg(long)]
     state_dir: PathBuf,
+    /// Static membership: Weir's `instance_id`.
+    #[arg(long)]
+    instance_id: Option<String>,
+    /// Further Weir settings, `KEY=VALUE` (as in a config file).
+    #[arg(long = "set")]
+    settings: Vec<String>,
 }
 
 fn main() -> Result<()> {
@@ -213,6 +276,21 @@ fn main() -> Result<()> {
             gets: a.gets,
             work_dir: a.work_dir,
             out: a.out,
+            command: a.command,
+        }),
+        Cmd::Restore(a) => restore::run(&restore::RestoreArgs {
+            bootstrap: a.bootstrap,
+            keys: a.keys,
+            partitions: a.partitions,
+            commit_ms: a.commit_ms,
+            systems: a.systems,
+            kstreams_dir: a.kstreams_dir,
+            kstreams_version: a.kstreams_version,
+            java_opts: a.java_opts.split_whitespace().map(str::to_string).collect(),
+            timeout_secs: a.timeout_secs,
+            work_dir: a.work_dir,
+            out: a.out,
+            chart: a.chart,
             command: a.command,
         }),
         Cmd::Dcmon(a) => dcmon::run(&dcmon::DcmonArgs {
@@ -262,6 +340,13 @@ fn weir_cmd(a: ChildArgs) -> Result<()> {
     config.num_stream_threads = a.threads;
     config.commit_interval_ms = Some(a.commit_ms);
     config.state_dir = a.state_dir.clone();
+    config.instance_id = a.instance_id.clone();
+    for pair in &a.settings {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--set {pair}: expected KEY=VALUE"))?;
+        config.set(k, v)?;
+    }
     let topology = topologies::build(&a.workload, &a.input, &a.output, &a.table)?;
     let mut app = KafkaStreams::new(topology, config)?;
     app.start()?;
@@ -314,6 +399,7 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
     let settings = run::Settings {
         bootstrap: a.bootstrap.clone(),
         records: a.records,
+        warmup_records: a.warmup_records,
         keys: a.keys,
         value_bytes: a.value_bytes,
         partitions: a.partitions,
@@ -332,38 +418,60 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
+    // The broker-only ceiling, measured in the same run as the systems.
+    eprintln!("weir-bench: broker-only ceiling (produce-only, consume-only)");
+    let ceiling = match ceiling::measure(&settings, &format!("{stamp}-0")) {
+        Ok(c) => {
+            eprintln!(
+                "weir-bench:     produce {:.0} rec/s, consume {:.0} rec/s",
+                c.produce, c.consume
+            );
+            Some(c)
+        }
+        Err(e) => {
+            eprintln!("weir-bench:     FAILED: {e:#}");
+            None
+        }
+    };
     let mut n = 0;
     for workload in &a.workloads {
         for guarantee in &a.guarantees {
-            // Systems side by side for each workload and guarantee.
-            for system in &systems {
-                n += 1;
-                let run_id = format!("{stamp}-{n}");
-                eprintln!(
-                    "weir-bench: [{n}] {workload} {guarantee} {} (load {})",
-                    system.label(),
-                    procstat::load_average()
-                );
-                let o = run::run(
-                    &settings,
-                    system,
-                    workload,
-                    guarantee == "exactly_once_v2",
-                    &run_id,
-                );
-                match &o.error {
-                    Some(e) => eprintln!("weir-bench:     FAILED: {e}"),
-                    None => eprintln!(
-                        "weir-bench:     {:.0} rec/s, p50 {:?} ms, p99 {:?} ms, rss {} MiB, {:.2} cpu-s/M",
-                        o.throughput,
-                        o.p50_ms,
-                        o.p99_ms,
-                        o.peak_rss_bytes >> 20,
-                        o.cpu_s_per_m
-                    ),
+            // Systems side by side for each workload and guarantee, the
+            // repetitions interleaved so that each system sees the same
+            // spread of machine load.
+            let mut runs: Vec<Vec<run::Outcome>> = vec![Vec::new(); systems.len()];
+            for rep in 1..=a.repeat.max(1) {
+                for (system, runs) in systems.iter().zip(runs.iter_mut()) {
+                    n += 1;
+                    let run_id = format!("{stamp}-{n}");
+                    eprintln!(
+                        "weir-bench: [{n}] {workload} {guarantee} {} run {rep} (load {})",
+                        system.label(),
+                        procstat::load_average()
+                    );
+                    let o = run::run(
+                        &settings,
+                        system,
+                        workload,
+                        guarantee == "exactly_once_v2",
+                        &run_id,
+                    );
+                    match &o.error {
+                        Some(e) => eprintln!("weir-bench:     FAILED: {e}"),
+                        None => eprintln!(
+                            "weir-bench:     {:.0} rec/s over {:.1} s, p50 {:?} ms, p99 {:?} ms, rss {} MiB, {:.2} cpu-s/M",
+                            o.throughput,
+                            o.seconds,
+                            o.p50_ms,
+                            o.p99_ms,
+                            o.peak_rss_bytes >> 20,
+                            o.cpu_s_per_m
+                        ),
+                    }
+                    runs.push(o);
                 }
-                outcomes.push(o);
             }
+            outcomes.extend(runs.into_iter().map(run::Outcome::median_of));
         }
     }
     let load_after = procstat::load_average();
@@ -376,6 +484,8 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
         elapsed: started.elapsed(),
         chart: &a.chart,
         out: &a.out,
+        ceiling,
+        repeat: a.repeat.max(1),
     };
     report::write(&ctx, &outcomes)?;
     chart::write(&a.chart, &outcomes)?;

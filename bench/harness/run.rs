@@ -2,19 +2,19 @@
 //!
 //! 1. Create a fresh input and output topic; for the join workload also a
 //!    table topic with one profile per key (written now, with timestamps
-//!    before every input record); write one warm-up record to each input
-//!    partition.
-//! 2. Start the system as a child process and read the output topic
-//!    (`read_committed`) until the warm-up record of every partition came
-//!    out (all partitions assigned, tasks running), then 1 s more. The join
-//!    workload writes the warm-up records again every 3 s until then: a
-//!    system that reaches a warm-up record before its profile drops it, as
-//!    an inner join must.
-//! 3. Throughput: write the input (serialized beforehand) as fast as the
-//!    producer goes, concurrently, and read until the complete expected
-//!    output is visible. Throughput = input records / (that moment − the
-//!    start of the load); CPU time is the child's utime + stime over the same
-//!    span.
+//!    before every input record). Write one warm-up record to each input
+//!    partition, then the whole input (serialized beforehand): the warm-up
+//!    records (`warmup_records`), then the measured ones (`records`). The
+//!    input is in the topic before the system starts, so the loader takes
+//!    no CPU from it.
+//! 2. Start the system as a child process. Throughput is the steady
+//!    state's: the window opens when the system's committed input offsets
+//!    pass the warm-up records (start-up, the first rebalance and the JVM's
+//!    JIT behind it) and closes when they reach the input's end; throughput
+//!    = records committed in the window / its length, CPU = the child's
+//!    utime + stime over it.
+//! 3. Read the output topic (`read_committed`) until the complete expected
+//!    output is there; a run whose output is incomplete fails.
 //! 4. Latency: produce at a fixed rate with the wall clock as record
 //!    timestamp; every output record carries its input's timestamp (all three
 //!    systems propagate it), so latency = when the output became visible to a
@@ -43,7 +43,10 @@ use crate::workload::{self, Expected, Input};
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub bootstrap: String,
+    /// Measured input records (after the warm-up).
     pub records: u64,
+    /// Input records before the measured ones, processed but not counted.
+    pub warmup_records: u64,
     pub keys: u64,
     pub value_bytes: usize,
     pub partitions: i32,
@@ -104,11 +107,63 @@ pub struct Outcome {
     pub p99_ms: Option<f64>,
     pub latency_samples: usize,
     pub peak_rss_bytes: u64,
-    /// How long writing the input took (it runs concurrently with processing).
+    /// How long writing the input took (before the system started).
     pub load_seconds: f64,
+    /// Lowest and highest throughput of the repetitions this outcome is
+    /// the median of (equal for one run).
+    pub throughput_range: (f64, f64),
+    /// Repetitions measured.
+    pub runs: usize,
+    /// Repetitions that failed (left out of the medians).
+    pub failed_runs: usize,
 }
 
-fn now_ms() -> i64 {
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+impl Outcome {
+    /// One outcome from repetitions of the same run: each figure's median
+    /// over the runs that succeeded and the throughput's range; the first
+    /// failure when none did.
+    pub fn median_of(runs: Vec<Outcome>) -> Outcome {
+        let (ok, failed): (Vec<Outcome>, Vec<Outcome>) =
+            runs.into_iter().partition(|o| o.error.is_none());
+        let Some(first) = ok.first() else {
+            let mut o = failed.into_iter().next().unwrap_or_default();
+            o.failed_runs = 1;
+            return o;
+        };
+        let of = |f: fn(&Outcome) -> Option<f64>| median(ok.iter().filter_map(f).collect());
+        let throughputs: Vec<f64> = ok.iter().map(|o| o.throughput).collect();
+        Outcome {
+            throughput: of(|o| Some(o.throughput)).unwrap_or_default(),
+            seconds: of(|o| Some(o.seconds)).unwrap_or_default(),
+            cpu_s_per_m: of(|o| Some(o.cpu_s_per_m)).unwrap_or_default(),
+            p50_ms: of(|o| o.p50_ms),
+            p99_ms: of(|o| o.p99_ms),
+            latency_samples: first.latency_samples,
+            peak_rss_bytes: of(|o| Some(o.peak_rss_bytes as f64)).unwrap_or_default() as u64,
+            load_seconds: of(|o| Some(o.load_seconds)).unwrap_or_default(),
+            throughput_range: (
+                throughputs.iter().copied().fold(f64::INFINITY, f64::min),
+                throughputs.iter().copied().fold(0.0, f64::max),
+            ),
+            runs: ok.len(),
+            failed_runs: failed.len(),
+            ..first.clone()
+        }
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -228,12 +283,12 @@ fn warm_up(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Resu
 }
 
 /// The throughput-phase input, serialized up front so loading it is only sending.
-struct Prepared {
+pub(crate) struct Prepared {
     keys: Vec<Vec<u8>>,
     values: Vec<Vec<u8>>,
 }
 
-fn prepare(input: &Input) -> Result<Prepared> {
+pub(crate) fn prepare(input: &Input) -> Result<Prepared> {
     Ok(Prepared {
         keys: (0..input.records)
             .map(|i| input.key(i).into_bytes())
@@ -245,7 +300,12 @@ fn prepare(input: &Input) -> Result<Prepared> {
 }
 
 /// Writes the throughput-phase input as fast as the producer goes.
-fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Result<Duration> {
+pub(crate) fn load(
+    bootstrap: &str,
+    topic: &str,
+    input: &Input,
+    prepared: &Prepared,
+) -> Result<Duration> {
     let started = Instant::now();
     let p = producer(bootstrap, "10")?;
     for i in 0..input.records as usize {
@@ -264,7 +324,7 @@ fn load(bootstrap: &str, topic: &str, input: &Input, prepared: &Prepared) -> Res
     Ok(started.elapsed())
 }
 
-fn spawn(
+pub(crate) fn spawn(
     settings: &Settings,
     system: &System,
     args: &RunArgs,
@@ -304,6 +364,12 @@ fn spawn(
             ] {
                 c.arg(format!("{k}={v}"));
             }
+            if let Some(id) = &args.instance_id {
+                c.arg(format!("prop.group.instance.id={id}"));
+            }
+            for (k, v) in &args.kstreams_props {
+                c.arg(format!("prop.{k}={v}"));
+            }
             c
         }
         kind => {
@@ -329,6 +395,12 @@ fn spawn(
                 .arg(&settings.bootstrap)
                 .arg("--state-dir")
                 .arg(&args.state_dir);
+            if let Some(id) = &args.instance_id {
+                c.arg("--instance-id").arg(id);
+            }
+            for (k, v) in &args.weir_config {
+                c.arg("--set").arg(format!("{k}={v}"));
+            }
             // BENCH_WEIR_LOG: the child's log filter (e.g. to see commits).
             c.env(
                 "WEIR_LOG",
@@ -344,15 +416,23 @@ fn spawn(
         .with_context(|| format!("starting {}", system.label()))
 }
 
-struct RunArgs {
-    workload: String,
-    exactly_once: bool,
-    input: String,
-    output: String,
+/// What one child process runs.
+pub(crate) struct RunArgs {
+    pub workload: String,
+    pub exactly_once: bool,
+    pub input: String,
+    pub output: String,
     /// The join workload's table topic.
-    table: String,
-    app_id: String,
-    state_dir: PathBuf,
+    pub table: String,
+    pub app_id: String,
+    pub state_dir: PathBuf,
+    /// Static membership (`instance_id` for Weir, `group.instance.id` for
+    /// Kafka Streams): a restarted child takes its partitions back at once.
+    pub instance_id: Option<String>,
+    /// Further Kafka Streams properties (ignored by the other systems).
+    pub kstreams_props: Vec<(String, String)>,
+    /// Further Weir settings (ignored by the other systems).
+    pub weir_config: Vec<(String, String)>,
 }
 
 /// Reads the output topic and knows when it is complete.
@@ -498,6 +578,9 @@ pub fn run(
         table: format!("{app_id}-profiles"),
         state_dir: settings.work_dir.join("state").join(&app_id),
         app_id,
+        instance_id: None,
+        kstreams_props: Vec::new(),
+        weir_config: Vec::new(),
     };
     let result = measure(settings, system, &args, &mut outcome);
     if let Err(e) = result {
@@ -514,7 +597,7 @@ pub fn run(
 
 fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome) -> Result<()> {
     let input = Input {
-        records: settings.records,
+        records: settings.warmup_records + settings.records,
         keys: settings.keys,
         value_bytes: settings.value_bytes,
         base_ts: workload::window_start(now_ms() - 3_600_000),
@@ -540,7 +623,11 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         &input,
         settings.partitions,
     )?;
+    // The whole input is written before the system starts: the measured
+    // rate is the system's, not the loader's.
     let prepared = prepare(&input)?;
+    o.load_seconds = load(&settings.bootstrap, &args.input, &input, &prepared)?.as_secs_f64();
+    drop(prepared);
     let expected = workload::expected(&args.workload, &input, settings.partitions);
     let mut reader = OutputReader::new(settings, &args.output, expected)?;
     std::fs::create_dir_all(settings.work_dir.join("logs"))?;
@@ -548,128 +635,158 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         .work_dir
         .join("logs")
         .join(format!("{}.log", args.app_id));
-    let ticks = procstat::clock_ticks();
     let mut child = spawn(settings, system, args, &log)?;
-    let pid = child.id();
     let result = (|| -> Result<()> {
-        // Wait until the system outputs the warm-up record of every partition.
+        steady_state(settings, args, &mut child, &log, o)?;
+        // Every output record must be there (the throughput counts nothing
+        // that was not produced correctly).
         let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
         let mut stamps = Vec::new();
-        let mut warmed = Instant::now();
-        while reader.warm.len() < settings.partitions as usize {
-            if join && warmed.elapsed() > Duration::from_secs(3) {
-                warm_up(
-                    &settings.bootstrap,
-                    &args.input,
-                    &input,
-                    settings.partitions,
-                )?;
-                warmed = Instant::now();
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "not ready after {} s: warm-up output of {} of {} partitions (log: {})",
-                    settings.timeout_secs,
-                    reader.warm.len(),
-                    settings.partitions,
-                    log.display()
-                );
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                bail!("exited early ({status}); log: {}", log.display());
-            }
-            reader.poll(Duration::from_millis(20), &mut stamps)?;
-        }
-        // Let a follow-up rebalance (several threads joining) settle.
-        std::thread::sleep(Duration::from_secs(1));
-
-        // Throughput phase: the clock starts when the input starts to arrive.
-        let t0 = Instant::now();
-        let cpu0 = procstat::cpu_time(pid, ticks).unwrap_or_default();
-        let loader = {
-            let bootstrap = settings.bootstrap.clone();
-            let topic = args.input.clone();
-            let input = input.clone();
-            std::thread::spawn(move || load(&bootstrap, &topic, &input, &prepared))
-        };
-        let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
         while !reader.complete() {
             if Instant::now() > deadline {
                 bail!(
-                    "timed out after {} s with {} output records read (log: {})",
+                    "output incomplete after {} s: {} records read (log: {})",
                     settings.timeout_secs,
                     reader.seen,
                     log.display()
                 );
             }
-            if let Ok(Some(status)) = child.try_wait() {
-                bail!("exited early ({status}); log: {}", log.display());
-            }
             reader.poll(Duration::from_millis(20), &mut stamps)?;
         }
-        let end = Instant::now();
-        let cpu_end = procstat::cpu_time(pid, ticks).unwrap_or_default();
-        o.load_seconds = loader
-            .join()
-            .map_err(|_| anyhow::anyhow!("loader panicked"))??
-            .as_secs_f64();
-        o.seconds = (end - t0).as_secs_f64();
-        o.throughput = settings.records as f64 / o.seconds.max(1e-3);
-        o.cpu_s_per_m = (cpu_end - cpu0).as_secs_f64() / settings.records as f64 * 1e6;
-
-        // Latency phase.
-        let stop_flag = Arc::new(AtomicBool::new(false));
-        let phase_start = now_ms();
-        let feeder = {
-            let bootstrap = settings.bootstrap.clone();
-            let topic = args.input.clone();
-            let rate = settings.latency_rate;
-            let secs = settings.latency_secs;
-            let input = input.clone();
-            let stop_flag = stop_flag.clone();
-            std::thread::spawn(move || -> Result<()> {
-                let p = producer(&bootstrap, "0")?;
-                let started = Instant::now();
-                let total = rate * secs;
-                let mut sent = 0u64;
-                while sent < total && !stop_flag.load(Ordering::Relaxed) {
-                    let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
-                    while sent < due.min(total) {
-                        let i = input.records + sent;
-                        let value = serde_json::to_vec(&input.event(i))?;
-                        send(&p, &topic, input.key(i).as_bytes(), &value, now_ms())?;
-                        sent += 1;
-                    }
-                    p.poll(Duration::from_millis(1));
-                }
-                p.flush(Duration::from_secs(30))?;
-                Ok(())
-            })
-        };
-        let tail = Duration::from_millis(2_000 + 2 * settings.commit_ms);
-        let phase_end = Instant::now() + Duration::from_secs(settings.latency_secs) + tail;
-        let mut latencies = Vec::new();
-        while Instant::now() < phase_end {
-            reader.poll(Duration::from_millis(5), &mut stamps)?;
-            let now = now_ms();
-            latencies.extend(
-                stamps
-                    .iter()
-                    .filter(|&&ts| ts >= phase_start)
-                    .map(|ts| now - ts),
-            );
-        }
-        stop_flag.store(true, Ordering::Relaxed);
-        feeder
-            .join()
-            .map_err(|_| anyhow::anyhow!("latency feeder panicked"))??;
-        latencies.sort_unstable();
-        o.latency_samples = latencies.len();
-        o.p50_ms = percentile(&latencies, 0.50);
-        o.p99_ms = percentile(&latencies, 0.99);
-        o.peak_rss_bytes = procstat::peak_rss(pid).unwrap_or(0);
+        latency(settings, args, &input, &mut reader, o)?;
+        o.peak_rss_bytes = procstat::peak_rss(child.id()).unwrap_or(0);
         Ok(())
     })();
     stop(&mut child);
     result
+}
+
+/// Input records committed by the system's group (offsets summed over the
+/// input partitions).
+fn committed(client: &BaseConsumer, topic: &str, partitions: i32) -> Result<u64> {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = client.committed_offsets(tpl, Duration::from_secs(10))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o.max(0) as u64,
+            _ => 0,
+        })
+        .sum())
+}
+
+/// The throughput of the steady state: the window opens when the system's
+/// committed input offsets pass the warm-up records (start-up, the first
+/// rebalance and the JIT's warm-up are behind it) and closes when they
+/// reach the end of the input. Throughput = records committed in the window
+/// / its length; CPU = the child's utime + stime over it.
+fn steady_state(
+    settings: &Settings,
+    args: &RunArgs,
+    child: &mut Child,
+    log: &std::path::Path,
+    o: &mut Outcome,
+) -> Result<()> {
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &settings.bootstrap)
+        .set("group.id", &args.app_id)
+        .create()?;
+    let total = settings.partitions as u64 + settings.warmup_records + settings.records;
+    let warm = settings.partitions as u64 + settings.warmup_records;
+    let ticks = procstat::clock_ticks();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
+    let mut start: Option<(Instant, u64, Duration)> = None;
+    loop {
+        let at = committed(&client, &args.input, settings.partitions)?;
+        let now = Instant::now();
+        if start.is_none() && at >= warm {
+            start = Some((now, at, procstat::cpu_time(pid, ticks).unwrap_or_default()));
+        }
+        if at >= total {
+            let (t1, c1, cpu1) = start.expect("the warm-up precedes the end");
+            let cpu2 = procstat::cpu_time(pid, ticks).unwrap_or_default();
+            let n = (at - c1).max(1);
+            o.seconds = (now - t1).as_secs_f64();
+            o.throughput = n as f64 / o.seconds.max(1e-3);
+            o.cpu_s_per_m = (cpu2 - cpu1).as_secs_f64() / n as f64 * 1e6;
+            return Ok(());
+        }
+        if now > deadline {
+            bail!(
+                "timed out after {} s with {at} of {total} input records committed (log: {})",
+                settings.timeout_secs,
+                log.display()
+            );
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("exited early ({status}); log: {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Latency: records at a fixed rate with the wall clock as timestamp.
+fn latency(
+    settings: &Settings,
+    args: &RunArgs,
+    input: &Input,
+    reader: &mut OutputReader,
+    o: &mut Outcome,
+) -> Result<()> {
+    let mut stamps = Vec::new();
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let phase_start = now_ms();
+    let feeder = {
+        let bootstrap = settings.bootstrap.clone();
+        let topic = args.input.clone();
+        let rate = settings.latency_rate;
+        let secs = settings.latency_secs;
+        let input = input.clone();
+        let stop_flag = stop_flag.clone();
+        std::thread::spawn(move || -> Result<()> {
+            let p = producer(&bootstrap, "0")?;
+            let started = Instant::now();
+            let total = rate * secs;
+            let mut sent = 0u64;
+            while sent < total && !stop_flag.load(Ordering::Relaxed) {
+                let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                while sent < due.min(total) {
+                    let i = input.records + sent;
+                    let value = serde_json::to_vec(&input.event(i))?;
+                    send(&p, &topic, input.key(i).as_bytes(), &value, now_ms())?;
+                    sent += 1;
+                }
+                p.poll(Duration::from_millis(1));
+            }
+            p.flush(Duration::from_secs(30))?;
+            Ok(())
+        })
+    };
+    let tail = Duration::from_millis(2_000 + 2 * settings.commit_ms);
+    let phase_end = Instant::now() + Duration::from_secs(settings.latency_secs) + tail;
+    let mut latencies = Vec::new();
+    while Instant::now() < phase_end {
+        reader.poll(Duration::from_millis(5), &mut stamps)?;
+        let now = now_ms();
+        latencies.extend(
+            stamps
+                .iter()
+                .filter(|&&ts| ts >= phase_start)
+                .map(|ts| now - ts),
+        );
+    }
+    stop_flag.store(true, Ordering::Relaxed);
+    feeder
+        .join()
+        .map_err(|_| anyhow::anyhow!("latency feeder panicked"))??;
+    latencies.sort_unstable();
+    o.latency_samples = latencies.len();
+    o.p50_ms = percentile(&latencies, 0.50);
+    o.p99_ms = percentile(&latencies, 0.99);
+    Ok(())
 }

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 pub const KEPT: &[(&str, &str)] = &[
     (crate::dcmon::BEGIN, crate::dcmon::END),
     (crate::queries::BEGIN, crate::queries::END),
+    (crate::restore::BEGIN, crate::restore::END),
 ];
 
 /// Replaces the section between `begin` and `end` in `path` (appends it

@@ -27,8 +27,12 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
  * <p>Arguments are {@code key=value}: workload (passthrough, stateless, count,
  * window, join), guarantee (at_least_once, exactly_once_v2), threads,
  * commit_ms, input, output, table (the join's table topic), app_id,
- * bootstrap, state_dir. Runs until SIGTERM, then
- * closes (commit, leave the group).
+ * bootstrap, state_dir. Any {@code prop.<name>=<value>} sets the Kafka
+ * Streams (or client) property {@code <name>} as given: the restore
+ * benchmark sets {@code group.instance.id} (a restarted instance takes its
+ * partitions back without waiting for the session timeout) and
+ * {@code enable.transactional.statestores} (KIP-892) this way. Runs until
+ * SIGTERM, then closes (commit, leave the group).
  */
 public final class BenchStreams {
     /** An input record's JSON value; the field set matches the Rust harness. */
@@ -138,6 +142,11 @@ public final class BenchStreams {
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, a.get("threads"));
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, a.get("commit_ms"));
         p.put(StreamsConfig.STATE_DIR_CONFIG, a.get("state_dir"));
+        for (Map.Entry<String, String> e : a.entrySet()) {
+            if (e.getKey().startsWith("prop.")) {
+                p.put(e.getKey().substring("prop.".length()), e.getValue());
+            }
+        }
 
         StreamsBuilder b = new StreamsBuilder();
         switch (workload) {
