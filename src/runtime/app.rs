@@ -326,7 +326,7 @@ impl KafkaStreams {
             let handle = std::thread::Builder::new()
                 .name(format!("weir-stream-{index}"))
                 .spawn(move || {
-                    let result = thread::run(env.clone(), index, &process_id);
+                    let result = run_thread(&env, index, &process_id);
                     if let Err(e) = result {
                         tracing::error!(thread = index, error = %e, "stream thread failed");
                         error.lock().expect("error lock").get_or_insert(Arc::new(e));
@@ -484,6 +484,53 @@ fn end_offsets(
             })
             .collect()
     }))
+}
+
+/// How often a static member whose instance id is still held asks again.
+const UNRELEASED_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs stream thread `index` until shutdown or a fatal error, joining
+/// again when the group refuses the thread's static member id because an
+/// earlier member still holds it (`UNRELEASED_INSTANCE_ID`). Under KIP-848
+/// that is what an instance restarted with the same `instance_id` meets
+/// after it was killed: the broker keeps the killed member, which sent no
+/// leave, until its session times out (`group.consumer.session.timeout.ms`),
+/// and librdkafka makes the refusal a fatal error of the consumer. The
+/// thread then starts again with new clients until the id is released;
+/// under the classic protocol a restarted static member replaces the old
+/// one at once and this never happens.
+fn run_thread(env: &Arc<ThreadEnv>, index: usize, process_id: &str) -> Result<(), StreamsError> {
+    let mut refused_since: Option<Instant> = None;
+    loop {
+        let result = thread::run(env.clone(), index, process_id);
+        let refused = matches!(&result, Err(e) if e.kafka_code()
+            == Some(rdkafka::types::RDKafkaErrorCode::UnreleasedInstanceId));
+        if !refused || env.shutdown.load(Ordering::SeqCst) {
+            if let Some(since) = refused_since
+                && result.is_ok()
+            {
+                tracing::info!(
+                    thread = index,
+                    waited_s = since.elapsed().as_secs_f64(),
+                    "static member id released"
+                );
+            }
+            return result;
+        }
+        if refused_since.is_none() {
+            tracing::warn!(
+                thread = index,
+                instance_id = env.config.instance_id.as_deref().unwrap_or(""),
+                "the group refused this thread's static member id: an earlier member still holds it (an instance with this instance_id stopped without leaving, e.g. killed, and its session has not timed out yet); joining again every {} s until the broker releases it",
+                UNRELEASED_RETRY.as_secs()
+            );
+            refused_since = Some(Instant::now());
+        }
+        let until = Instant::now() + UNRELEASED_RETRY;
+        while Instant::now() < until && !env.shutdown.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 #[cfg(test)]
