@@ -63,8 +63,14 @@ use super::StreamsError;
 use crate::processor::{TaskId, TaskInstance};
 use crate::state::ChangelogRecord;
 
-/// Records applied to a partition's store between two commits of it.
-pub(crate) const COMMIT_EVERY_RECORDS: u64 = 10_000;
+/// Records applied to a partition's store between two commits of it. A
+/// commit after unlogged restore batches flushes the store's memtables and
+/// waits (`src/state/rocks.rs`); RocksDB's own flushes of full memtables
+/// keep data and offset consistent anyway (`atomic_flush`), so the commit
+/// only bounds what a crash in the middle of a restore reads again. Every
+/// 10,000 records it cost a synchronous flush and a small SST file each
+/// time (bench/NOTES.md, *Restore after a crash*).
+pub(crate) const COMMIT_EVERY_RECORDS: u64 = 1_000_000;
 /// Most records one batch holds (one `restore_batch` per partition in it).
 const BATCH_RECORDS: usize = 5_000;
 /// Most key and value bytes one batch holds.
