@@ -53,6 +53,7 @@ pub fn measure(settings: &Settings, run_id: &str) -> Result<Ceiling> {
 
 /// Reads every record of `topic` from the start; returns how long it took.
 fn consume(settings: &Settings, topic: &str) -> Result<Duration> {
+    // librdkafka's default fetch wait, unlike the harness's readers.
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &settings.bootstrap)
         .set("group.id", format!("{topic}-reader"))

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use crate::ceiling::Ceiling;
 use crate::run::Outcome;
 
 const WHITE: u8 = 0;
@@ -222,9 +223,24 @@ pub const KSTREAMS: u8 = 6;
 /// See [`WEIR`].
 pub const KSTREAMS_DARK: u8 = 7;
 
-/// Writes a horizontal bar chart of every run's throughput.
-pub fn write(path: &Path, outcomes: &[Outcome]) -> Result<()> {
+/// Writes a horizontal bar chart of every run's throughput, after the
+/// broker-only ceiling's two halves when it was measured.
+pub fn write(path: &Path, outcomes: &[Outcome], ceiling: Option<Ceiling>) -> Result<()> {
     let mut groups: Vec<(String, Vec<Bar>)> = Vec::new();
+    if let Some(c) = ceiling {
+        let half = |label: &str, value| Bar {
+            label: label.to_string(),
+            value: Some(value),
+            colour: 3,
+        };
+        groups.push((
+            "broker-only ceiling".to_string(),
+            vec![
+                half("produce-only", c.produce),
+                half("consume-only", c.consume),
+            ],
+        ));
+    }
     for o in outcomes {
         let g = format!("{} {}", o.workload, o.guarantee);
         let bar = Bar {

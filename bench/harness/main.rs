@@ -488,7 +488,7 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
         repeat: a.repeat.max(1),
     };
     report::write(&ctx, &outcomes)?;
-    chart::write(&a.chart, &outcomes)?;
+    chart::write(&a.chart, &outcomes, ceiling)?;
     eprintln!(
         "weir-bench: wrote {} and {} in {:.0} s",
         a.out.display(),

@@ -363,6 +363,15 @@ fn ceiling(w: &mut String, c: Option<crate::ceiling::Ceiling>, all: &[Outcome]) 
     Ok(())
 }
 
+/// The verdict on a ratio `r` that must be at least `goal`.
+fn at_least(r: f64, goal: f64) -> String {
+    if r >= goal {
+        "met".to_string()
+    } else {
+        format!("missed: {:.0}% of the goal", r / goal * 100.0)
+    }
+}
+
 /// The targets under exactly_once_v2, evaluated on this run.
 fn targets(w: &mut String, all: &[Outcome], c: Option<crate::ceiling::Ceiling>) -> Result<()> {
     writeln!(w, "## Targets (`exactly_once_v2`, this run)")?;
@@ -424,11 +433,7 @@ fn targets(w: &mut String, all: &[Outcome], c: Option<crate::ceiling::Ceiling>) 
             && let Some(raw) = find(all, o, "raw", 1)
         {
             let r = o.throughput / raw.throughput;
-            let verdict = if r >= 0.85 {
-                "met".to_string()
-            } else {
-                format!("missed: {:.0}% of the goal", r / 0.85 * 100.0)
-            };
+            let verdict = at_least(r, 0.85);
             writeln!(
                 w,
                 "| throughput ≥ 85% of the raw loop | passthrough | {} | {} | {r:.2}× | {verdict} |",
@@ -439,11 +444,7 @@ fn targets(w: &mut String, all: &[Outcome], c: Option<crate::ceiling::Ceiling>) 
             && let Some(c) = c
         {
             let r = o.throughput / c.limit();
-            let verdict = if r >= 0.85 {
-                "met".to_string()
-            } else {
-                format!("missed: {:.0}% of the goal", r / 0.85 * 100.0)
-            };
+            let verdict = at_least(r, 0.85);
             writeln!(
                 w,
                 "| throughput ≥ 85% of the broker-only ceiling | passthrough | {} | slower of produce-only and consume-only | {r:.2}× | {verdict} |",

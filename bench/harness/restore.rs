@@ -41,7 +41,9 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use crate::chart::{self, Bar};
 use crate::dcmon::inputs_done;
-use crate::run::{self, RunArgs, Settings, System, create_topics, delete_topics, producer, send};
+use crate::run::{
+    self, RunArgs, Settings, System, committed_reader, create_topics, delete_topics, producer, send,
+};
 
 /// Where the section starts and ends in BENCHMARKS.md.
 pub const BEGIN: &str = "<!-- restore:begin -->";
@@ -151,13 +153,7 @@ fn probe(bootstrap: &str, topic: &str, partitions: i32, tag: &str) -> Result<Has
 
 /// A `read_committed` reader of `topic` from its current end.
 fn reader_at_end(bootstrap: &str, topic: &str, partitions: i32) -> Result<BaseConsumer> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("{topic}-restore-reader"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("fetch.wait.max.ms", "10")
-        .create()?;
+    let consumer = committed_reader(bootstrap, &format!("{topic}-restore-reader"))?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;

@@ -435,6 +435,18 @@ pub(crate) struct RunArgs {
     pub weir_config: Vec<(String, String)>,
 }
 
+/// A `read_committed` consumer outside any group's offsets (`group` only
+/// names it), to be assigned partitions; fetches return after 10 ms.
+pub(crate) fn committed_reader(bootstrap: &str, group: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "10")
+        .create()?)
+}
+
 /// Reads the output topic and knows when it is complete.
 struct OutputReader {
     consumer: BaseConsumer,
@@ -449,13 +461,7 @@ struct OutputReader {
 
 impl OutputReader {
     fn new(settings: &Settings, topic: &str, expected: Expected) -> Result<Self> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &settings.bootstrap)
-            .set("group.id", format!("{topic}-reader"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "10")
-            .create()?;
+        let consumer = committed_reader(&settings.bootstrap, &format!("{topic}-reader"))?;
         let mut tpl = TopicPartitionList::new();
         for p in 0..settings.partitions {
             tpl.add_partition_offset(topic, p, Offset::Beginning)?;
