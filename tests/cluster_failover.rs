@@ -207,16 +207,26 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     f.produce(4 * step, n - 4 * step);
     let truth = word_count_truth(n);
     let started = Instant::now();
-    let counts = wait_for_output(
-        &f.output,
-        // Exact counts are the assertion; the time is reported. A stream
-        // thread whose send_offsets_to_transaction never returns abandons
-        // its producer 20 s into the call (thread::producer), so no wait
-        // here should come near this.
-        Duration::from_secs(240),
-        &mut apps.iter_mut().collect::<Vec<_>>(),
-        |c| *c == truth,
-    );
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for_output(
+            &f.output,
+            // Exact counts are the assertion; the time is reported. A stream
+            // thread whose send_offsets_to_transaction never returns abandons
+            // its producer 20 s into the call (thread::producer), so no wait
+            // here should come near this.
+            Duration::from_secs(240),
+            &mut apps.iter_mut().collect::<Vec<_>>(),
+            |c| *c == truth,
+        )
+    }));
+    let counts = match waited {
+        Ok(counts) => counts,
+        Err(panic) => {
+            println!("the counts did not reach the truth; the instances' warnings:");
+            print_warnings(&apps);
+            std::panic::resume_unwind(panic);
+        }
+    };
     let took = started.elapsed();
     println!(
         "3 brokers, 3 kills + 1 pause, {n} sentences: counts exact {took:?} after the last input"
@@ -224,11 +234,7 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
     assert_eq!(counts, truth);
     if took > Duration::from_secs(90) {
         println!("SLOW: the counts took {took:?} after the last input; the instances' warnings:");
-        for (i, app) in apps.iter().enumerate() {
-            for line in app.log_text().lines().filter(|l| !l.contains(" INFO ")) {
-                println!("instance {i}: {line}");
-            }
-        }
+        print_warnings(&apps);
     }
 
     // Per word, the committed counts only grow.
@@ -260,5 +266,14 @@ fn broker_kills_and_pauses_on_a_cluster_keep_counts_exact() {
             Some(Some(0)),
             "a graceful stop exits 0 within 60 s; log:\n{log}"
         );
+    }
+}
+
+/// Prints every line of the instances' logs that is not INFO.
+fn print_warnings(apps: &[WeirApp]) {
+    for (i, app) in apps.iter().enumerate() {
+        for line in app.log_text().lines().filter(|l| !l.contains(" INFO ")) {
+            println!("instance {i}: {line}");
+        }
     }
 }

@@ -240,10 +240,28 @@ impl Bench<'_> {
         let reader = reader_at_end(&self.a.bootstrap, &self.args.output, self.a.partitions)?;
         let t0 = Instant::now();
         let mut next = self.spawn()?;
+        match self.time_probes(&mut next, &reader, case, t0, out) {
+            Ok(()) => Ok(next),
+            Err(e) => {
+                run::stop(&mut next);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the probes and waits for their counts, then for the commit.
+    fn time_probes(
+        &self,
+        next: &mut Child,
+        reader: &BaseConsumer,
+        case: Case,
+        t0: Instant,
+        out: &mut Restart,
+    ) -> Result<()> {
         let tag = if case == Case::Kept { "kept" } else { "wiped" };
         let mut waiting = probe(&self.a.bootstrap, &self.args.input, self.a.partitions, tag)?;
         while !waiting.is_empty() {
-            self.alive(&mut next)?;
+            self.alive(next)?;
             if t0.elapsed() > Duration::from_secs(self.a.timeout_secs) {
                 bail!(
                     "{} of {} probes not counted {} s after the restart (log: {})",
@@ -263,8 +281,8 @@ impl Bench<'_> {
                 }
             }
         }
-        self.wait_committed(&mut next)?;
-        Ok(next)
+        self.wait_committed(next)?;
+        Ok(())
     }
 
     /// Loads, runs, and restarts once per case.
