@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{ChangelogBatch, ChangelogSource};
@@ -53,14 +54,25 @@ impl ChangelogSource for KafkaChangelog {
         partition: i32,
         timeout: Duration,
     ) -> Result<(i64, i64), StreamsError> {
-        self.consumer
-            .fetch_watermarks(topic, partition, timeout)
-            .map_err(|e| {
-                StreamsError::kafka(
-                    format!("reading the watermarks of changelog {topic}/{partition}"),
-                    e,
-                )
-            })
+        let mut result = self.consumer.fetch_watermarks(topic, partition, timeout);
+        if matches!(
+            result.as_ref().err().and_then(|e| e.rdkafka_error_code()),
+            Some(RDKafkaErrorCode::UnknownPartition | RDKafkaErrorCode::UnknownTopicOrPartition)
+        ) {
+            // librdkafka answers from its metadata cache, which a broker
+            // outage can leave without the partition until the next periodic
+            // refresh (5 min): a restore then failed every attempt at once
+            // (cluster_failover: 3 minutes of retries after a broker pause).
+            // Asking the broker for the topic refreshes the cache.
+            let _ = self.consumer.fetch_metadata(Some(topic), timeout);
+            result = self.consumer.fetch_watermarks(topic, partition, timeout);
+        }
+        result.map_err(|e| {
+            StreamsError::kafka(
+                format!("reading the watermarks of changelog {topic}/{partition}"),
+                e,
+            )
+        })
     }
 
     fn assign(&mut self, from: &[(&str, i32, i64)]) -> Result<(), StreamsError> {
