@@ -137,8 +137,9 @@ impl Outcome {
         let (ok, failed): (Vec<Outcome>, Vec<Outcome>) =
             runs.into_iter().partition(|o| o.error.is_none());
         let Some(first) = ok.first() else {
+            let failed_runs = failed.len();
             let mut o = failed.into_iter().next().unwrap_or_default();
-            o.failed_runs = 1;
+            o.failed_runs = failed_runs;
             return o;
         };
         let of = |f: fn(&Outcome) -> Option<f64>| median(ok.iter().filter_map(f).collect());
@@ -264,8 +265,7 @@ fn load_table(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> R
     Ok(())
 }
 
-/// Writes one warm-up record to each partition: when the output of all of
-/// them is visible, every input partition is assigned and being processed.
+/// Writes one warm-up record to each partition, ahead of the input.
 fn warm_up(bootstrap: &str, topic: &str, input: &Input, partitions: i32) -> Result<()> {
     let p = producer(bootstrap, "0")?;
     for partition in 0..partitions {
@@ -455,8 +455,6 @@ struct OutputReader {
     seen: u64,
     latest: HashMap<Vec<u8>, i64>,
     remaining: usize,
-    /// Warm-up keys seen in the output.
-    warm: std::collections::HashSet<Vec<u8>>,
 }
 
 impl OutputReader {
@@ -477,7 +475,6 @@ impl OutputReader {
             seen: 0,
             latest: HashMap::new(),
             remaining,
-            warm: Default::default(),
         })
     }
 
@@ -488,20 +485,9 @@ impl OutputReader {
         while let Some(m) = next {
             let m = m?;
             out.push(m.timestamp().to_millis().unwrap_or(0));
-            let warm = m.key().and_then(|k| k.first()) == Some(&b'w');
-            if !warm {
+            // Warm-up keys start with `w` (Input::warm_key).
+            if m.key().and_then(|k| k.first()) != Some(&b'w') {
                 self.seen += 1;
-            }
-            if let Some(k) = m.key()
-                && warm
-            {
-                // The warm-up key, without a window suffix.
-                let end = k
-                    .iter()
-                    .position(|b| !b.is_ascii_alphanumeric())
-                    .unwrap_or(k.len());
-                let end = end.min(if k.len() > 8 { k.len() - 8 } else { k.len() });
-                self.warm.insert(k[..end].to_vec());
             }
             if let Expected::Latest(exp) = &self.expected
                 && let (Some(k), Some(v)) = (m.key(), m.payload())
@@ -716,7 +702,15 @@ fn steady_state(
         if at >= total {
             let (t1, c1, cpu1) = start.expect("the warm-up precedes the end");
             let cpu2 = procstat::cpu_time(pid, ticks).unwrap_or_default();
-            let n = (at - c1).max(1);
+            let n = at - c1;
+            if n == 0 {
+                // The warm-up and the measured records were committed
+                // between two samples: there is no window to measure.
+                bail!(
+                    "all {} measured records were committed within one 50 ms sample; raise BENCH_RECORDS",
+                    settings.records
+                );
+            }
             o.seconds = (now - t1).as_secs_f64();
             o.throughput = n as f64 / o.seconds.max(1e-3);
             o.cpu_s_per_m = (cpu2 - cpu1).as_secs_f64() / n as f64 * 1e6;
