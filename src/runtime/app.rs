@@ -500,31 +500,22 @@ const UNRELEASED_RETRY: Duration = Duration::from_secs(1);
 /// under the classic protocol a restarted static member replaces the old
 /// one at once and this never happens.
 fn run_thread(env: &Arc<ThreadEnv>, index: usize, process_id: &str) -> Result<(), StreamsError> {
-    let mut refused_since: Option<Instant> = None;
+    let mut warned = false;
     loop {
         let result = thread::run(env.clone(), index, process_id);
         let refused = matches!(&result, Err(e) if e.kafka_code()
             == Some(rdkafka::types::RDKafkaErrorCode::UnreleasedInstanceId));
         if !refused || env.shutdown.load(Ordering::SeqCst) {
-            if let Some(since) = refused_since
-                && result.is_ok()
-            {
-                tracing::info!(
-                    thread = index,
-                    waited_s = since.elapsed().as_secs_f64(),
-                    "static member id released"
-                );
-            }
             return result;
         }
-        if refused_since.is_none() {
+        if !warned {
             tracing::warn!(
                 thread = index,
                 instance_id = env.config.instance_id.as_deref().unwrap_or(""),
                 "the group refused this thread's static member id: an earlier member still holds it (an instance with this instance_id stopped without leaving, e.g. killed, and its session has not timed out yet); joining again every {} s until the broker releases it",
                 UNRELEASED_RETRY.as_secs()
             );
-            refused_since = Some(Instant::now());
+            warned = true;
         }
         let until = Instant::now() + UNRELEASED_RETRY;
         while Instant::now() < until && !env.shutdown.load(Ordering::SeqCst) {
