@@ -287,11 +287,12 @@ fn an_internal_topic_deleted_while_running_stops_with_its_name() {
     common::produce_batch(&input, &lines(50));
     let deleted = Instant::now();
     let stopped = wait_until(Duration::from_secs(90), || !app.is_running());
+    let log = app.log_text();
     assert!(
         stopped,
-        "still running 90 s after its changelog was deleted"
+        "still running 90 s after its changelog was deleted; its log:\n{}",
+        common::counting::tail(&log)
     );
-    let log = app.log_text();
     println!(
         "stopped {:?} after the changelog was deleted",
         deleted.elapsed()

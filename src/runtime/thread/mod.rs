@@ -448,7 +448,13 @@ impl StreamThread {
     fn handle_error(&mut self, error: StreamsError) -> Result<(), StreamsError> {
         let recovery = error.recovery();
         if recovery != Recovery::Fatal
-            && error.kafka_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
+            && matches!(
+                error.kafka_code(),
+                Some(
+                    rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+                        | rdkafka::types::RDKafkaErrorCode::UnknownPartition
+                )
+            )
             && let Some(missing) = self.missing_topic()
         {
             return Err(missing);
