@@ -21,6 +21,10 @@ use crate::runtime::{Recovery, StreamsError};
 const MAX_BATCH: usize = 1000;
 /// Records a task processes per turn of the processing round-robin.
 const RECORDS_PER_TURN: usize = 64;
+/// How long after an incremental rebalance the fetchers are woken
+/// ([`wake_fetchers`]): librdkafka resumes the kept partitions on its own
+/// thread within a millisecond of the callback.
+const WAKE_FETCHERS_AFTER: Duration = Duration::from_millis(20);
 /// How often the same transient polling error is logged at most.
 const POLL_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -38,6 +42,9 @@ struct LoopState<'c> {
     /// When the last poll round started.
     poll_started: Instant,
     polling_errors: PollErrors,
+    /// When to wake the fetchers after an incremental rebalance
+    /// ([`wake_fetchers`]).
+    wake_fetchers_at: Option<Instant>,
 }
 
 /// Transient polling errors, logged at most once per interval.
@@ -78,6 +85,7 @@ pub(super) fn main_loop(
         last_commit: Instant::now(),
         poll_started: Instant::now(),
         polling_errors: PollErrors::default(),
+        wake_fetchers_at: None,
     };
     while !env.shutdown.load(Ordering::SeqCst) {
         let (generation, index, restoring) = {
@@ -122,6 +130,14 @@ pub(super) fn main_loop(
             });
             update_buffers(&t, &mut state.buffers, consumer, &dropped);
             state.buffered_version = t.assignment_version;
+            state.wake_fetchers_at = Some(Instant::now() + WAKE_FETCHERS_AFTER);
+        }
+        if state
+            .wake_fetchers_at
+            .is_some_and(|at| Instant::now() >= at)
+        {
+            state.wake_fetchers_at = None;
+            wake_fetchers(consumer, &t.assignment);
         }
         let result = run_phases(env, &mut t, consumer, &mut state);
         if let Err(e) = result {
@@ -382,6 +398,29 @@ fn reset_buffers<M: Buffered>(
         .filter(|p| t.assignment.contains(p))
         .collect();
     set_paused(consumer, &assigned, false);
+}
+
+/// Wakes the consumer's broker threads once the partitions kept through
+/// an incremental rebalance are fetchable again. librdkafka pauses every
+/// assigned partition while a rebalance runs and resumes them after (on its
+/// own thread, after the callback returned), but a resume does not wake the
+/// broker thread (`rd_kafka_toppar_pause_resume`): with no fetch in flight
+/// the kept partitions' next fetch waited out the thread's idle wait (1 s,
+/// `rd_kafka_max_block_ms`), and their output stopped for a second at a
+/// scale-out (`weir-bench rebalance`). A request to the partitions' leaders
+/// (a `ListOffsets` by timestamp, answered from the index) wakes their
+/// broker threads, which then fetch the resumed partitions.
+fn wake_fetchers(consumer: &BaseConsumer<RebalanceContext>, partitions: &[(String, i32)]) {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        let _ = tpl.add_partition_offset(topic, *partition, rdkafka::Offset::End);
+    }
+    if tpl.count() == 0 {
+        return;
+    }
+    if let Err(e) = consumer.offsets_for_times(tpl, Duration::from_secs(1)) {
+        tracing::debug!(error = %e, "waking the fetchers after a rebalance failed; the kept partitions' fetch may resume up to 1 s late");
+    }
 }
 
 /// Pauses (or resumes) fetching of `partitions`.
