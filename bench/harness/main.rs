@@ -10,6 +10,7 @@ mod dcmon;
 mod procstat;
 mod queries;
 mod raw;
+mod rebalance;
 mod report;
 mod restore;
 mod run;
@@ -52,6 +53,58 @@ enum Cmd {
     /// wiped, Weir against Kafka Streams (rewrites its section of
     /// BENCHMARKS.md and bench/restore.png).
     Restore(RestoreCli),
+    /// Scale-out from 2 to 3 instances at a fixed input rate: the longest
+    /// output gap per input partition, moved and unmoved, Weir against
+    /// Kafka Streams (rewrites its section of BENCHMARKS.md and
+    /// bench/rebalance.png).
+    Rebalance(RebalanceCli),
+}
+
+#[derive(Args)]
+struct RebalanceCli {
+    #[arg(long, env = "BENCH_BOOTSTRAP", default_value = "127.0.0.1:29392")]
+    bootstrap: String,
+    #[arg(long, env = "BENCH_REBALANCE_PARTITIONS", default_value_t = 6)]
+    partitions: i32,
+    /// Input records per second, all partitions together.
+    #[arg(long, env = "BENCH_REBALANCE_RATE", default_value_t = 3000)]
+    rate: u64,
+    /// Distinct keys per input partition.
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    #[arg(long, env = "BENCH_COMMIT_MS", default_value_t = 100)]
+    commit_ms: u64,
+    /// Seconds of steady output before the third instance starts.
+    #[arg(long, default_value_t = 20)]
+    warm_secs: u64,
+    /// Seconds the run goes on after the third instance starts.
+    #[arg(long, env = "BENCH_REBALANCE_SECS", default_value_t = 60)]
+    after_secs: u64,
+    /// Systems: weir, kstreams.
+    #[arg(long, value_delimiter = ',', default_value = "weir,kstreams")]
+    systems: Vec<String>,
+    #[arg(long, default_value = "bench/kafka-streams")]
+    kstreams_dir: PathBuf,
+    /// The Kafka Streams version built (for the report).
+    #[arg(long, env = "BENCH_KSTREAMS_VERSION", default_value = "4.4.0")]
+    kstreams_version: String,
+    #[arg(long, env = "BENCH_JAVA_OPTS", default_value = "")]
+    java_opts: String,
+    /// Longest the start may take.
+    #[arg(long, env = "BENCH_TIMEOUT_SECS", default_value_t = 120)]
+    timeout_secs: u64,
+    #[arg(long, default_value = "/tmp/weir-bench-rebalance")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    #[arg(long, default_value = "bench/rebalance.png")]
+    chart: PathBuf,
+    /// A Weir setting for its instances, `KEY=VALUE` (repeatable), e.g.
+    /// `group_protocol=classic`.
+    #[arg(long = "weir-set")]
+    weir_config: Vec<String>,
+    #[arg(long, env = "BENCH_COMMAND", default_value = "scripts/bench rebalance")]
+    command: String,
 }
 
 #[derive(Args)]
@@ -291,6 +344,33 @@ fn main() -> Result<()> {
             work_dir: a.work_dir,
             out: a.out,
             chart: a.chart,
+            command: a.command,
+        }),
+        Cmd::Rebalance(a) => rebalance::run(&rebalance::RebalanceArgs {
+            bootstrap: a.bootstrap,
+            partitions: a.partitions,
+            rate: a.rate,
+            keys: a.keys,
+            commit_ms: a.commit_ms,
+            warm_secs: a.warm_secs,
+            after_secs: a.after_secs,
+            systems: a.systems,
+            kstreams_dir: a.kstreams_dir,
+            kstreams_version: a.kstreams_version,
+            java_opts: a.java_opts.split_whitespace().map(str::to_string).collect(),
+            timeout_secs: a.timeout_secs,
+            work_dir: a.work_dir,
+            out: a.out,
+            chart: a.chart,
+            weir_config: a
+                .weir_config
+                .iter()
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .ok_or_else(|| anyhow::anyhow!("--weir-set wants KEY=VALUE, got {kv}"))
+                })
+                .collect::<Result<_>>()?,
             command: a.command,
         }),
         Cmd::Dcmon(a) => dcmon::run(&dcmon::DcmonArgs {

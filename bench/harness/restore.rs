@@ -42,7 +42,8 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use crate::chart::{self, Bar};
 use crate::dcmon::inputs_done;
 use crate::run::{
-    self, RunArgs, Settings, System, committed_reader, create_topics, delete_topics, producer, send,
+    self, RunArgs, Settings, System, committed_reader, create_topics, delete_topics, producer,
+    secs, send,
 };
 
 /// Where the section starts and ends in BENCHMARKS.md.
@@ -443,11 +444,6 @@ pub fn run(a: &RestoreArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-fn secs(d: Option<Duration>) -> String {
-    d.map(|d| format!("{:.2}", d.as_secs_f64()))
-        .unwrap_or_else(|| "—".into())
 }
 
 fn write_chart(path: &Path, results: &[Restart]) -> Result<()> {

@@ -324,6 +324,27 @@ pub(crate) fn load(
     Ok(started.elapsed())
 }
 
+/// A JVM running `class` of the bench/kafka-streams build in `dir`.
+pub(crate) fn java(dir: &std::path::Path, java_opts: &[String], class: &str) -> Command {
+    let mut c = Command::new("java");
+    c.args(java_opts)
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}/*",
+            dir.join("target/classes").display(),
+            dir.join("target/lib").display()
+        ))
+        .arg(class);
+    c
+}
+
+/// Seconds with two decimals, or a dash.
+pub(crate) fn secs(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.2}", d.as_secs_f64()))
+        .unwrap_or_else(|| "—".into())
+}
+
 pub(crate) fn spawn(
     settings: &Settings,
     system: &System,
@@ -339,17 +360,11 @@ pub(crate) fn spawn(
     };
     let mut cmd = match system.kind.as_str() {
         "kstreams" => {
-            let dir = &settings.kstreams_dir;
-            let mut c = Command::new("java");
-            c.args(&settings.java_opts)
-                .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-                .arg("-cp")
-                .arg(format!(
-                    "{}:{}/*",
-                    dir.join("target/classes").display(),
-                    dir.join("target/lib").display()
-                ))
-                .arg("dev.weir.bench.BenchStreams");
+            let mut c = java(
+                &settings.kstreams_dir,
+                &settings.java_opts,
+                "dev.weir.bench.BenchStreams",
+            );
             for (k, v) in [
                 ("workload", args.workload.clone()),
                 ("guarantee", guarantee.to_string()),

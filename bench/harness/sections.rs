@@ -11,6 +11,7 @@ pub const KEPT: &[(&str, &str)] = &[
     (crate::dcmon::BEGIN, crate::dcmon::END),
     (crate::queries::BEGIN, crate::queries::END),
     (crate::restore::BEGIN, crate::restore::END),
+    (crate::rebalance::BEGIN, crate::rebalance::END),
 ];
 
 /// Replaces the section between `begin` and `end` in `path` (appends it
