@@ -500,3 +500,123 @@ fn windowed_and_foreign_key_joins_run_on_the_broker() {
         pairs.len()
     );
 }
+
+/// A stream–table join started on topics written before it: every order
+/// must meet its customer, though the customers partition holds several
+/// fetches' worth of rows before the orders' timestamps. The task takes
+/// the side with the smaller timestamp first, and when the customers queue
+/// runs empty while the consumer knows of rows still to fetch, it waits
+/// for them (as Kafka Streams waits for a partition whose lag is not zero)
+/// instead of joining the orders against a table read only in part.
+#[test]
+fn a_stream_table_join_of_preloaded_topics_waits_for_the_table_rows() {
+    use weir::topology::{Consumed, Joined, Materialized, Produced, StreamsBuilder};
+
+    const CUSTOMERS: usize = 30_000;
+    const ORDERS: usize = 3_000;
+    let _serial = serial();
+    let app_id = common::unique_topic("preloaded-join");
+    let (orders, customers, out) = (
+        format!("{app_id}-orders"),
+        format!("{app_id}-customers"),
+        format!("{app_id}-out"),
+    );
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[
+            (&orders, 2),
+            (&customers, 2),
+            (&out, 2),
+        ]));
+    // ~400 bytes a row: about 6 MB per partition, several 1 MiB fetches.
+    let pad = "x".repeat(380);
+    let customer_rows: Vec<(String, String)> = (0..CUSTOMERS)
+        .map(|i| (format!("c{i}"), format!("name{i}-{pad}")))
+        .collect();
+    common::produce_batch(&customers, &text_records(&customer_rows));
+    // Orders for customers all over the table, written after every row.
+    let order_rows: Vec<(String, String)> = (0..ORDERS)
+        .map(|i| {
+            (
+                format!("c{}", i * (CUSTOMERS / ORDERS)),
+                format!("order{i}"),
+            )
+        })
+        .collect();
+    common::produce_batch(&orders, &text_records(&order_rows));
+
+    let builder = StreamsBuilder::new();
+    let table = builder.table::<String, String>(
+        &customers,
+        Consumed::new(),
+        Materialized::as_("customers"),
+    );
+    builder
+        .stream::<String, String>(&orders, Consumed::new())
+        .join_table(
+            &table,
+            |order: &String, name: &String| {
+                format!("{order}@{}", &name[..name.find('-').unwrap_or(name.len())])
+            },
+            Joined::new(),
+        )
+        .to(&out, Produced::new());
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = weir::config::StreamsConfig::new(&app_id, common::bootstrap());
+    config.state_dir = dir.path().to_path_buf();
+    config.processing_guarantee = weir::config::ProcessingGuarantee::ExactlyOnceV2;
+    let mut app = weir::runtime::KafkaStreams::new(builder.build().unwrap(), config).unwrap();
+    app.start().expect("the join app starts");
+
+    // Done once every order's input offset is committed (the output of a
+    // committed transaction is visible with it).
+    let committed_all = || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = common::base_config()
+            .set("group.id", &app_id)
+            .create()
+            .expect("offsets client");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in 0..2 {
+            tpl.add_partition(&orders, p);
+        }
+        let Ok(committed) = c.committed_offsets(tpl, Duration::from_secs(10)) else {
+            return false;
+        };
+        committed.elements().iter().all(|e| {
+            let (_, high) = c
+                .fetch_watermarks(&orders, e.partition(), Duration::from_secs(10))
+                .unwrap_or((0, i64::MAX));
+            matches!(e.offset(), rdkafka::Offset::Offset(o) if o >= high)
+        })
+    };
+    eventually(
+        "every order's offset committed",
+        Duration::from_secs(120),
+        committed_all,
+    );
+    assert!(app.close(Duration::from_secs(60)), "the app stops");
+    let mut joined: Vec<(String, String)> = common::read_to_end(&out)
+        .into_iter()
+        .map(|r| {
+            (
+                String::from_utf8(r.key.unwrap()).unwrap(),
+                String::from_utf8(r.value.unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    joined.sort();
+    let mut expected: Vec<(String, String)> = (0..ORDERS)
+        .map(|i| {
+            let c = i * (CUSTOMERS / ORDERS);
+            (format!("c{c}"), format!("order{i}@name{c}"))
+        })
+        .collect();
+    expected.sort();
+    let missing = expected.iter().filter(|e| !joined.contains(e)).count();
+    assert_eq!(
+        missing, 0,
+        "{missing} of {ORDERS} orders were joined before their customer was read (and dropped)"
+    );
+    assert_eq!(joined, expected, "every order joined exactly once");
+}

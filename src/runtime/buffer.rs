@@ -9,9 +9,20 @@
 //!   a task reading several co-partitioned topics (a join, a merge) advances
 //!   its stream time in timestamp order rather than in arrival order. Ties
 //!   go to the partition listed first.
-//! * When one of a task's partitions has nothing buffered, the task waits up
-//!   to `max_task_idle_ms` for it before processing the others ("enforced
-//!   processing"); with the default 0 it never waits.
+//! * When one of a task's partitions has nothing buffered but the consumer
+//!   knows of records of it that were not polled yet (its fetched high
+//!   watermark, the last stable offset under `read_committed`, is above its
+//!   position), or does not know yet (no fetch answered), the task waits
+//!   for them, as Kafka Streams waits for a partition whose lag is not
+//!   known to be zero (KIP-695): otherwise a join would take stream records
+//!   before the table rows that precede them, still on the broker, and drop
+//!   them. The caller refreshes this before each processing round
+//!   ([`TaskBuffers::refresh_behind`]); the wait ends after
+//!   [`FETCH_WAIT_CAP`] at most.
+//! * When one of a task's partitions has nothing buffered and nothing to
+//!   fetch, the task waits up to `max_task_idle_ms` for it before
+//!   processing the others ("enforced processing"); with the default 0 it
+//!   never waits.
 //! * Buffers are **bounded**: a partition whose queue still holds
 //!   `buffered_records_per_partition` records after the tasks took what they
 //!   could is reported for pausing, and for resuming once its queue drops
@@ -48,6 +59,11 @@ use rdkafka::Message;
 use rdkafka::message::BorrowedMessage;
 
 use crate::processor::TaskId;
+
+/// The longest a task waits for records of an empty partition that the
+/// consumer knows of but has not delivered (module docs): a fetch answers
+/// within milliseconds; this bounds a wait on a lag that never resolves.
+pub(crate) const FETCH_WAIT_CAP: Duration = Duration::from_secs(5);
 
 /// What the buffers need to know about a record.
 pub(crate) trait Buffered {
@@ -134,6 +150,9 @@ struct PartitionQueue<M> {
     next_offset: i64,
     /// The last record pushed was refused as delivered again.
     repeating: bool,
+    /// Empty, with records the consumer has not delivered yet (or it does
+    /// not know): its task waits ([`TaskBuffers::refresh_behind`]).
+    behind: bool,
 }
 
 struct TaskQueues<M> {
@@ -142,9 +161,11 @@ struct TaskQueues<M> {
     non_empty: usize,
     /// When the task started waiting for an empty partition.
     waiting_since: Option<Instant>,
-    /// Waited out `max_task_idle`: process without waiting until every
-    /// partition has records again.
+    /// Waited out `max_task_idle` (or [`FETCH_WAIT_CAP`]): process without
+    /// waiting until every partition has records again.
     enforced: bool,
+    /// Waiting for records of an empty partition to be fetched.
+    fetch_wait: bool,
 }
 
 /// The buffers of one stream thread. See the module docs.
@@ -226,6 +247,7 @@ impl<M: Buffered> TaskBuffers<M> {
                 paused: false,
                 next_offset: -1,
                 repeating: false,
+                behind: false,
             });
             self.tasks
                 .entry(task)
@@ -234,6 +256,7 @@ impl<M: Buffered> TaskBuffers<M> {
                     non_empty: 0,
                     waiting_since: None,
                     enforced: false,
+                    fetch_wait: false,
                 })
                 .partitions
                 .push(queue);
@@ -350,9 +373,22 @@ impl<M: Buffered> TaskBuffers<M> {
         if queues.non_empty == 0 {
             return None;
         }
+        queues.fetch_wait = false;
         if queues.non_empty == queues.partitions.len() {
             queues.waiting_since = None;
             queues.enforced = false;
+        } else if !queues.enforced
+            && queues
+                .partitions
+                .iter()
+                .any(|q| q.behind && q.records.is_empty())
+        {
+            let since = *queues.waiting_since.get_or_insert(now);
+            if now.duration_since(since) < FETCH_WAIT_CAP {
+                queues.fetch_wait = true;
+                return None;
+            }
+            queues.enforced = true;
         } else if !queues.enforced && !max_idle.is_zero() {
             let since = *queues.waiting_since.get_or_insert(now);
             if now.duration_since(since) < max_idle {
@@ -376,6 +412,9 @@ impl<M: Buffered> TaskBuffers<M> {
         let record = queue.records.pop_front()?;
         if queue.records.is_empty() {
             queues.non_empty -= 1;
+            // Whether more of it is on its way is known at the next
+            // refresh; until then the task waits for it.
+            queue.behind = true;
         }
         self.buffered -= 1;
         Some(record)
@@ -402,12 +441,36 @@ impl<M: Buffered> TaskBuffers<M> {
         out
     }
 
-    /// Whether some task waits for an empty partition (the caller should
-    /// poll again within `max_task_idle_ms`).
+    /// Whether some task waits out `max_task_idle_ms` for an empty
+    /// partition (the caller should poll again within it).
     pub(crate) fn waiting(&self) -> bool {
         self.tasks
             .values()
-            .any(|t| t.waiting_since.is_some() && !t.enforced)
+            .any(|t| t.waiting_since.is_some() && !t.enforced && !t.fetch_wait)
+    }
+
+    /// Whether some task waits for records of an empty partition to be
+    /// fetched (module docs): polling brings them.
+    pub(crate) fn waiting_for_fetch(&self) -> bool {
+        self.tasks.values().any(|t| t.fetch_wait)
+    }
+
+    /// Notes, for each empty partition of a task that reads several and has
+    /// records buffered, whether the consumer has records of it not yet
+    /// delivered (`behind(topic, partition)`; module docs). Call before
+    /// each processing round; partitions of one-partition tasks are never
+    /// asked about. A partition that runs empty during a round counts as
+    /// behind until the next refresh.
+    pub(crate) fn refresh_behind(&mut self, mut behind: impl FnMut(&str, i32) -> bool) {
+        for queues in self.tasks.values_mut() {
+            let all = queues.partitions.len();
+            if all < 2 || queues.non_empty == 0 || queues.non_empty == all {
+                continue;
+            }
+            for q in &mut queues.partitions {
+                q.behind = q.records.is_empty() && behind(&q.topic, q.partition);
+            }
+        }
     }
 }
 
@@ -460,9 +523,13 @@ mod tests {
         );
         assert_eq!(b.len(), 5);
         let now = Instant::now();
-        let order: Vec<&str> = std::iter::from_fn(|| b.next(task(0), now))
-            .map(|r| r.1)
-            .collect();
+        // Nothing more to fetch of either side.
+        let order: Vec<&str> = std::iter::from_fn(|| {
+            b.refresh_behind(|_, _| false);
+            b.next(task(0), now)
+        })
+        .map(|r| r.1)
+        .collect();
         assert_eq!(order, ["r5", "l10", "r20", "l30", "r40"]);
         assert_eq!(b.len(), 0);
         assert_eq!(b.next(task(1), now), None);
@@ -491,6 +558,71 @@ mod tests {
         b.push(task(0), "right", 0, Rec(20, "r20"));
         assert_eq!(b.next(task(0), t0).map(|r| r.1), Some("r20"));
         assert_eq!(b.next(task(0), t0), None, "waits again");
+    }
+
+    #[test]
+    fn a_task_waits_for_an_empty_partition_with_records_still_to_fetch() {
+        let mut b = two_topic_buffers(100, Duration::ZERO);
+        b.push(task(0), "left", 0, Rec(10, "l10"));
+        let t0 = Instant::now();
+        // The right side's records are on the broker (or its lag unknown).
+        b.refresh_behind(|topic, _| topic == "right");
+        assert_eq!(b.next(task(0), t0), None, "waits for the fetch");
+        assert!(b.waiting_for_fetch());
+        assert!(!b.waiting(), "not a max_task_idle wait: polling brings it");
+        b.push(task(0), "right", 0, Rec(5, "r5"));
+        b.refresh_behind(|topic, _| topic == "right");
+        assert_eq!(b.next(task(0), t0).map(|r| r.1), Some("r5"));
+        assert_eq!(
+            b.next(task(0), t0),
+            None,
+            "the right side ran empty: behind until the next refresh"
+        );
+        b.refresh_behind(|_, _| false);
+        assert_eq!(
+            b.next(task(0), t0).map(|r| r.1),
+            Some("l10"),
+            "caught up: the left side goes on"
+        );
+        assert!(!b.waiting_for_fetch());
+    }
+
+    #[test]
+    fn a_wait_for_a_fetch_ends_after_the_cap() {
+        let mut b = two_topic_buffers(100, Duration::ZERO);
+        b.push(task(0), "left", 0, Rec(10, "l10"));
+        b.push(task(0), "left", 0, Rec(11, "l11"));
+        let t0 = Instant::now();
+        b.refresh_behind(|_, _| true);
+        assert_eq!(b.next(task(0), t0), None);
+        assert_eq!(b.next(task(0), t0 + FETCH_WAIT_CAP / 2), None);
+        assert_eq!(
+            b.next(task(0), t0 + FETCH_WAIT_CAP).map(|r| r.1),
+            Some("l10"),
+            "enforced processing after the cap"
+        );
+        b.refresh_behind(|_, _| true);
+        assert_eq!(
+            b.next(task(0), t0 + FETCH_WAIT_CAP).map(|r| r.1),
+            Some("l11"),
+            "stays enforced until both sides have data"
+        );
+    }
+
+    #[test]
+    fn a_one_partition_task_never_waits_for_a_fetch() {
+        let mut b = two_topic_buffers(100, Duration::ZERO);
+        b.push(task(1), "left", 1, Rec(1, "a"));
+        b.push(task(1), "left", 1, Rec(2, "b"));
+        let mut asked = 0;
+        b.refresh_behind(|_, _| {
+            asked += 1;
+            true
+        });
+        assert_eq!(asked, 0, "only tasks reading several partitions are asked");
+        let now = Instant::now();
+        assert_eq!(b.next(task(1), now).map(|r| r.1), Some("a"));
+        assert_eq!(b.next(task(1), now).map(|r| r.1), Some("b"));
     }
 
     #[test]

@@ -93,6 +93,8 @@ pub(crate) struct Committed {
     /// Per partition, when its last commit happened (wall clock, ms): the
     /// start of its current time without output.
     pub(crate) committed_at: HashMap<(String, i32), i64>,
+    /// Per partition with a committed offset, that offset.
+    pub(crate) offsets: HashMap<(String, i32), i64>,
 }
 
 /// Reads the committed offsets of `assignment` and returns, per task, the
@@ -119,6 +121,11 @@ pub(crate) fn committed_stream_times(
         )
     })?;
     for element in committed.elements() {
+        if let rdkafka::Offset::Offset(offset) = element.offset() {
+            found
+                .offsets
+                .insert((element.topic().to_string(), element.partition()), offset);
+        }
         if let Some(at) = committed_at(element.metadata()) {
             found
                 .committed_at

@@ -68,6 +68,7 @@
 mod client;
 mod commit;
 mod creator;
+mod lag;
 mod phases;
 mod producer;
 mod rebalance;
@@ -148,6 +149,9 @@ pub(crate) struct StreamThread {
     /// (wall clock, ms; from the offset metadata when it was committed
     /// elsewhere): the start of its current time without output.
     last_output_ms: std::collections::HashMap<(String, i32), i64>,
+    /// The committed offset of each assigned input partition that has one,
+    /// read when its tasks opened: where its fetch starts (`thread/lag.rs`).
+    committed_offsets: std::collections::HashMap<(String, i32), i64>,
     /// Committed offsets of repartition partitions not yet purged.
     purgeable: PurgeOffsets,
     last_purge: Instant,
@@ -242,6 +246,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
         retry_at: Instant::now(),
         meter: ThreadMeter::new(env.metrics.clone(), index),
         last_output_ms: std::collections::HashMap::new(),
+        committed_offsets: std::collections::HashMap::new(),
         purgeable: PurgeOffsets::new(),
         last_purge: Instant::now(),
         joined_empty_at: None,
@@ -419,6 +424,7 @@ impl StreamThread {
         for (partition, at) in committed.committed_at {
             self.last_output_ms.entry(partition).or_insert(at);
         }
+        self.committed_offsets = committed.offsets;
         self.tasks
             .open(&ids, &committed.stream_times, &mut self.creator)
     }

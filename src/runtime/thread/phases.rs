@@ -25,6 +25,8 @@ const RECORDS_PER_TURN: usize = 64;
 /// ([`wake_fetchers`]): librdkafka resumes the kept partitions on its own
 /// thread within a millisecond of the callback.
 const WAKE_FETCHERS_AFTER: Duration = Duration::from_millis(20);
+/// The longest poll while a task waits for records to be fetched.
+const FETCH_WAIT_POLL: Duration = Duration::from_millis(10);
 /// How often the same transient polling error is logged at most.
 const POLL_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -157,6 +159,10 @@ fn run_phases<'c>(
     state: &mut LoopState<'c>,
 ) -> Result<(), StreamsError> {
     buffer(env, state);
+    let mut lag = super::lag::LagProbe::new(consumer, &t.committed_offsets);
+    state
+        .buffers
+        .refresh_behind(|topic, partition| lag.behind(topic, partition));
     // Processing and punctuation output both need the transaction
     // (beginning one is local to librdkafka until a record is sent).
     t.producer.begin_if_needed()?;
@@ -208,10 +214,16 @@ fn poll<'c>(
     let max_idle = Duration::from_millis(env.config.max_task_idle_ms);
     let buffers = &state.buffers;
     // Don't wait when buffered records can be processed right away.
-    let timeout = if restoring || (buffers.len() > 0 && !buffers.waiting()) {
+    let fetching = buffers.waiting_for_fetch();
+    let timeout = if restoring || (buffers.len() > 0 && !buffers.waiting() && !fetching) {
         Duration::ZERO
     } else if buffers.waiting() {
         poll_timeout.min(max_idle)
+    } else if fetching {
+        // A poll returns as soon as the fetch delivers; other tasks'
+        // records left over from a round cut short by a commit wait this
+        // long at most.
+        poll_timeout.min(FETCH_WAIT_POLL)
     } else {
         poll_timeout
     };
