@@ -2,7 +2,12 @@
 //! with the same guarantees as the frameworks and none of their machinery.
 //!
 //! One consumer (all input partitions), one producer, batches of up to 1,000
-//! records. Every commit interval: flush; under exactly-once also
+//! records; librdkafka batches underneath (fetches of up to 1 MiB per
+//! partition, produce batches after `linger.ms`). The consumer prefetches
+//! as Weir's does (`queued.min.messages` 10,000, 16 MiB, and a 20 ms
+//! `fetch.queue.backoff.ms`): with librdkafka's defaults a partition whose
+//! prefetch queue was full waited 1 s before its next fetch, and this loop
+//! ran at 150,000 records/s, a quarter of what it does now. Every commit interval: flush; under exactly-once also
 //! `send_offsets_to_transaction` + `commit_transaction` (one transaction per
 //! interval, begun before the first record of the next one); under
 //! at-least-once a synchronous offset commit. The stateful workloads keep
@@ -81,6 +86,9 @@ pub fn run(args: &RawArgs, stop: Arc<AtomicBool>) -> Result<()> {
         .set("group.id", &args.app_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
+        .set("queued.min.messages", "10000")
+        .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.queue.backoff.ms", "20")
         .set(
             "isolation.level",
             if args.exactly_once {
