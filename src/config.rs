@@ -627,21 +627,7 @@ impl StreamsConfig {
 }
 
 fn parse_handler(key: &str, value: &str) -> Result<ErrorHandling, ConfigError> {
-    match value {
-        "log_and_fail" => Ok(ErrorHandling::LogAndFail),
-        "log_and_continue" => Ok(ErrorHandling::LogAndContinue),
-        other => match other.strip_prefix("dead_letter:") {
-            Some(topic) if !topic.is_empty() => Ok(ErrorHandling::DeadLetter {
-                topic: topic.to_string(),
-            }),
-            _ => Err(ConfigError::new(
-                key,
-                format!(
-                    "'{other}' is not a handler; use log_and_fail, log_and_continue or dead_letter:<topic>"
-                ),
-            )),
-        },
-    }
+    value.parse().map_err(|e: String| ConfigError::new(key, e))
 }
 
 /// Where the clients of a `weir` tool (`generate`, `table`, `query`,

@@ -52,3 +52,24 @@ pub enum ErrorHandling {
         topic: String,
     },
 }
+
+impl std::str::FromStr for ErrorHandling {
+    type Err = String;
+
+    /// `log_and_fail`, `log_and_continue` or `dead_letter:<topic>` (the
+    /// values of the `*_handler` settings).
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value {
+            "log_and_fail" => Ok(ErrorHandling::LogAndFail),
+            "log_and_continue" => Ok(ErrorHandling::LogAndContinue),
+            other => match other.strip_prefix("dead_letter:") {
+                Some(topic) if !topic.is_empty() => Ok(ErrorHandling::DeadLetter {
+                    topic: topic.to_string(),
+                }),
+                _ => Err(format!(
+                    "'{other}' is not a handler; use log_and_fail, log_and_continue or dead_letter:<topic>"
+                )),
+            },
+        }
+    }
+}

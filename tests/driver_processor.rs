@@ -10,8 +10,8 @@ use weir::processor::{
     OutputKind, Processor, ProcessorContext, ProcessorError, PunctuationType, Record, StoreKind,
     TaskError,
 };
-use weir::serdes::{I64Serde, StringSerde};
-use weir::topology::{Consumed, Materialized, Produced, StreamsBuilder};
+use weir::serdes::{I64Serde, OptionSerde, StringSerde};
+use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
 
 fn s(x: &str) -> String {
     x.to_owned()
@@ -337,4 +337,56 @@ fn a_store_opened_with_other_types_names_both_types() {
         }
         other => panic!("expected StoreType, got {other}"),
     }
+}
+
+/// Forwards each value's length under the same key.
+struct Lengths;
+
+impl Processor<String, String, String, i64> for Lengths {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, String, i64>,
+        record: Record<String, String>,
+    ) -> Result<(), ProcessorError> {
+        let len = record.value.len() as i64;
+        ctx.forward(record.with_value(len))
+    }
+}
+
+#[test]
+fn process_values_keeps_the_key_so_a_later_aggregation_needs_no_repartition() {
+    let build = |values_only: bool| {
+        let builder = StreamsBuilder::new();
+        let lines =
+            builder.stream::<String, String>("lines", Consumed::with(StringSerde, StringSerde));
+        let lengths = if values_only {
+            lines.process_values(|| Lengths, &[])
+        } else {
+            lines.process(|| Lengths, &[])
+        };
+        lengths
+            .group_by_key(Grouped::new().with_value_serde(I64Serde))
+            .count(Materialized::new())
+            .to_stream()
+            .to(
+                "counts",
+                Produced::new().with_value_serde(OptionSerde::new(I64Serde)),
+            );
+        builder.build()
+    };
+    // `process` may change keys: the count repartitions first, in a
+    // second sub-topology.
+    assert_eq!(build(false).unwrap().subtopology_count(), 2);
+    let topology = build(true).unwrap();
+    assert_eq!(topology.subtopology_count(), 1);
+
+    let mut driver = TopologyTestDriver::new(topology, DriverConfig::new("lengths")).unwrap();
+    let input = TestInputTopic::new("lines", StringSerde, StringSerde);
+    let output = TestOutputTopic::new("counts", StringSerde, OptionSerde::new(I64Serde));
+    driver.pipe(&input, s("a"), s("xy"), 1).unwrap();
+    driver.pipe(&input, s("a"), s("xyz"), 2).unwrap();
+    assert_eq!(
+        driver.read_key_values(&output).unwrap(),
+        vec![(s("a"), Some(1)), (s("a"), Some(2))]
+    );
 }

@@ -67,6 +67,9 @@ pub enum SerdeError {
         /// The target type.
         type_name: &'static str,
     },
+    /// A serde written outside Weir (a Python callable, say) failed.
+    #[error("{0}")]
+    Custom(String),
     /// Non-null bytes were met where only null is allowed.
     #[error(
         "(): expected a null key or value, got {len} bytes; use a byte or string serde for this field"

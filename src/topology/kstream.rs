@@ -333,6 +333,25 @@ impl<K: Data, V: Data> KStream<K, V> {
         self.derive(node, None, None, true)
     }
 
+    /// Like [`KStream::process`] for a processor that keeps every record's
+    /// key (Kafka Streams' `processValues`): the stream keeps its key serde
+    /// and is not marked for repartitioning, so a `group_by_key` after it
+    /// needs no repartition topic. A processor that forwards another key
+    /// breaks the co-partitioning the caller relies on.
+    pub fn process_values<V2: Data, P>(
+        &self,
+        supplier: impl Fn() -> P + Send + Sync + 'static,
+        stores: &[&str],
+    ) -> KStream<K, V2>
+    where
+        P: Processor<K, V, K, V2>,
+    {
+        let mut s = self.process::<K, V2, P>(supplier, stores);
+        s.key_serde = self.key_serde.clone();
+        s.repartition_required = self.repartition_required;
+        s
+    }
+
     /// Sends the records through a repartition topic now (so downstream
     /// stateful operations see every record of a key in one task).
     pub fn repartition(&self, options: Repartitioned<K, V>) -> KStream<K, V> {

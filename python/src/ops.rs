@@ -1,0 +1,232 @@
+//! The Python callables of a topology, run as Weir processors: each call
+//! holds the GIL for the call only, and a raised exception is a processing
+//! error (the configured handler fails the task, skips the record or
+//! dead-letters it) whose reason carries the Python traceback.
+
+use pyo3::prelude::*;
+use weir::processor::{Processor, ProcessorContext, ProcessorError, Record};
+
+use crate::value::{Callable, PyObj, describe};
+
+#[derive(Clone, Copy)]
+pub enum Op {
+    /// `f(key, value) -> bool`: keep when true.
+    Filter,
+    /// `f(key, value) -> bool`: drop when true.
+    FilterNot,
+    /// `f(value) -> value`.
+    MapValues,
+    /// `f(value) -> iterable of values`.
+    FlatMapValues,
+    /// `f(key, value) -> (key, value)`.
+    Map,
+    /// `f(key, value) -> iterable of (key, value)`.
+    FlatMap,
+    /// `f(key, value) -> key`.
+    SelectKey,
+    /// `f(key, value)`, the record passes on unchanged.
+    Peek,
+    /// `f(value, other) -> value`: the join's value pair to the joined value.
+    Join,
+    /// `f(key, value) -> bool` per branch: the index of the first that holds
+    /// (the number of branches if none).
+    Branch,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Filter => "filter",
+            Op::FilterNot => "filter_not",
+            Op::MapValues => "map_values",
+            Op::FlatMapValues => "flat_map_values",
+            Op::Map => "map",
+            Op::FlatMap => "flat_map",
+            Op::SelectKey => "select_key",
+            Op::Peek => "peek",
+            Op::Join => "join",
+            Op::Branch => "branch",
+        }
+    }
+}
+
+/// What one call produced.
+enum Out {
+    Drop,
+    Pass,
+    One(PyObj, PyObj),
+    Many(Vec<(PyObj, PyObj)>),
+}
+
+/// A processor running one Python callable per record.
+pub struct PyProcessor {
+    op: Op,
+    functions: Vec<Callable>,
+}
+
+impl PyProcessor {
+    pub fn new(op: Op, functions: Vec<Callable>) -> Self {
+        PyProcessor { op, functions }
+    }
+
+    fn call(&self, py: Python<'_>, key: &PyObj, value: &PyObj) -> PyResult<Out> {
+        let f = || self.functions[0].bind(py);
+        let (k, v) = (key.bind(py), value.bind(py));
+        Ok(match self.op {
+            Op::Filter => keep(f().call1((k, v))?.is_truthy()?),
+            Op::FilterNot => keep(!f().call1((k, v))?.is_truthy()?),
+            Op::MapValues => Out::One(key.clone(), PyObj::from_bound(f().call1((v,))?)),
+            Op::FlatMapValues => Out::Many(
+                f().call1((v,))?
+                    .try_iter()?
+                    .map(|item| Ok((key.clone(), PyObj::from_bound(item?))))
+                    .collect::<PyResult<_>>()?,
+            ),
+            Op::Map => {
+                let (k2, v2) = f().call1((k, v))?.extract()?;
+                Out::One(PyObj::from_bound(k2), PyObj::from_bound(v2))
+            }
+            Op::FlatMap => Out::Many(
+                f().call1((k, v))?
+                    .try_iter()?
+                    .map(|item| {
+                        let (k2, v2): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+                        Ok((PyObj::from_bound(k2), PyObj::from_bound(v2)))
+                    })
+                    .collect::<PyResult<_>>()?,
+            ),
+            Op::SelectKey => Out::One(PyObj::from_bound(f().call1((k, v))?), value.clone()),
+            Op::Peek => {
+                f().call1((k, v))?;
+                Out::Pass
+            }
+            Op::Join => unreachable!("joins run through JoinProcessor"),
+            Op::Branch => unreachable!("branches run through BranchProcessor"),
+        })
+    }
+}
+
+fn keep(yes: bool) -> Out {
+    if yes { Out::Pass } else { Out::Drop }
+}
+
+fn user_error(op: Op, reason: String) -> ProcessorError {
+    ProcessorError::user(format!("Python {} callable raised: {reason}", op.name()))
+}
+
+impl Processor<PyObj, PyObj, PyObj, PyObj> for PyProcessor {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, PyObj, PyObj>,
+        record: Record<PyObj, PyObj>,
+    ) -> Result<(), ProcessorError> {
+        let out = Python::attach(|py| {
+            self.call(py, &record.key, &record.value)
+                .map_err(|e| describe(py, &e))
+        })
+        .map_err(|reason| user_error(self.op, reason))?;
+        // Forwarded without the GIL: downstream nodes take it for their own
+        // calls only.
+        match out {
+            Out::Drop => Ok(()),
+            Out::Pass => ctx.forward(record),
+            Out::One(key, value) => ctx.forward(Record {
+                key,
+                value,
+                timestamp: record.timestamp,
+                headers: record.headers,
+            }),
+            Out::Many(items) => {
+                for (key, value) in items {
+                    ctx.forward(Record {
+                        key,
+                        value,
+                        timestamp: record.timestamp,
+                        headers: record.headers.clone(),
+                    })?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A join's result: the stream value and the other side's (`None` for a
+/// left join's missing row), combined by the Python joiner downstream of the
+/// join node, so that an exception in the joiner is a processing error.
+pub type JoinPair = (PyObj, Option<PyObj>);
+
+pub struct JoinProcessor {
+    joiner: Callable,
+}
+
+impl JoinProcessor {
+    pub fn new(joiner: Callable) -> Self {
+        JoinProcessor { joiner }
+    }
+}
+
+impl Processor<PyObj, JoinPair, PyObj, PyObj> for JoinProcessor {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, PyObj, PyObj>,
+        record: Record<PyObj, JoinPair>,
+    ) -> Result<(), ProcessorError> {
+        let (value, other) = &record.value;
+        let joined = Python::attach(|py| {
+            let other = match other {
+                Some(o) => o.bind(py).clone(),
+                None => py.None().into_bound(py),
+            };
+            self.joiner
+                .bind(py)
+                .call1((value.bind(py), other))
+                .map(PyObj::from_bound)
+                .map_err(|e| describe(py, &e))
+        })
+        .map_err(|reason| user_error(Op::Join, reason))?;
+        ctx.forward(Record {
+            key: record.key,
+            value: joined,
+            timestamp: record.timestamp,
+            headers: record.headers,
+        })
+    }
+}
+
+/// Tags each record with the index of the first branch predicate that
+/// holds; the branches filter on the tag without the GIL.
+pub struct BranchProcessor {
+    predicates: Vec<Callable>,
+}
+
+impl BranchProcessor {
+    pub fn new(predicates: Vec<Callable>) -> Self {
+        BranchProcessor { predicates }
+    }
+}
+
+impl Processor<PyObj, PyObj, PyObj, (usize, PyObj)> for BranchProcessor {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, PyObj, (usize, PyObj)>,
+        record: Record<PyObj, PyObj>,
+    ) -> Result<(), ProcessorError> {
+        let index = Python::attach(|py| {
+            let (k, v) = (record.key.bind(py), record.value.bind(py));
+            for (i, p) in self.predicates.iter().enumerate() {
+                if p.bind(py).call1((k, v))?.is_truthy()? {
+                    return Ok(i);
+                }
+            }
+            Ok(self.predicates.len())
+        })
+        .map_err(|e: PyErr| Python::attach(|py| user_error(Op::Branch, describe(py, &e))))?;
+        ctx.forward(Record {
+            key: record.key,
+            value: (index, record.value),
+            timestamp: record.timestamp,
+            headers: record.headers,
+        })
+    }
+}

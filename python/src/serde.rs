@@ -1,0 +1,306 @@
+//! Serdes for Python keys and values: bytes, str, int (Kafka's 64-bit
+//! `LongSerde` and 32-bit `IntegerSerde`), JSON, windowed keys, and a custom
+//! serde from two callables.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString, PyTuple};
+use weir::serdes::SerdeError;
+
+use crate::value::{Callable, PyObj, describe};
+
+enum Kind {
+    Bytes,
+    Str,
+    Int64,
+    Int32,
+    Json {
+        dumps: Py<PyAny>,
+        loads: Py<PyAny>,
+    },
+    Custom {
+        serializer: Callable,
+        deserializer: Callable,
+    },
+    /// Kafka Streams' `TimeWindowedSerde`: the inner key's bytes, then the
+    /// window start (8 bytes, big-endian); the key as a Python tuple
+    /// `(key, start_ms, end_ms)`.
+    Windowed {
+        inner: Serde,
+        size_ms: i64,
+    },
+}
+
+/// How keys or values of a topic are converted between Python objects and
+/// Kafka bytes. `None` is a Kafka null for every serde.
+#[pyclass(frozen, module = "weir", name = "Serde")]
+#[derive(Clone)]
+pub struct Serde {
+    kind: Arc<Kind>,
+    name: &'static str,
+}
+
+impl Serde {
+    fn of(kind: Kind, name: &'static str) -> Self {
+        Serde {
+            kind: Arc::new(kind),
+            name,
+        }
+    }
+
+    pub fn bytes_serde() -> Self {
+        Serde::of(Kind::Bytes, "bytes")
+    }
+
+    pub fn json_serde(py: Python<'_>) -> PyResult<Self> {
+        let json = py.import("json")?;
+        let dumps = json.getattr("dumps")?;
+        let compact = pyo3::types::PyDict::new(py);
+        compact.set_item("separators", (",", ":"))?;
+        let functools = py.import("functools")?;
+        let dumps = functools
+            .getattr("partial")?
+            .call((dumps,), Some(&compact))?;
+        Ok(Serde::of(
+            Kind::Json {
+                dumps: dumps.unbind(),
+                loads: json.getattr("loads")?.unbind(),
+            },
+            "json",
+        ))
+    }
+
+    pub fn int_serde() -> Self {
+        Serde::of(Kind::Int64, "int")
+    }
+
+    pub fn windowed_serde(inner: &Serde, size_ms: i64) -> Self {
+        Serde::of(
+            Kind::Windowed {
+                inner: inner.clone(),
+                size_ms,
+            },
+            "windowed",
+        )
+    }
+
+    /// Whether both encode alike (the same serde object, or the same
+    /// built-in format).
+    pub fn same(&self, other: &Serde) -> bool {
+        Arc::ptr_eq(&self.kind, &other.kind)
+            || matches!(
+                (&*self.kind, &*other.kind),
+                (Kind::Bytes, Kind::Bytes)
+                    | (Kind::Str, Kind::Str)
+                    | (Kind::Int64, Kind::Int64)
+                    | (Kind::Int32, Kind::Int32)
+                    | (Kind::Json { .. }, Kind::Json { .. })
+            )
+    }
+
+    /// Appends the encoding of `value` to `out`; `false` for a Kafka null.
+    pub fn encode(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<bool> {
+        if value.is_none() {
+            return Ok(false);
+        }
+        let py = value.py();
+        match &*self.kind {
+            Kind::Bytes => out.extend_from_slice(value.cast::<PyBytes>()?.as_bytes()),
+            Kind::Str => out.extend_from_slice(value.cast::<PyString>()?.to_cow()?.as_bytes()),
+            Kind::Int64 => out.extend_from_slice(&value.extract::<i64>()?.to_be_bytes()),
+            Kind::Int32 => out.extend_from_slice(&value.extract::<i32>()?.to_be_bytes()),
+            Kind::Json { dumps, .. } => {
+                let text = dumps.bind(py).call1((value,))?;
+                out.extend_from_slice(text.cast::<PyString>()?.to_cow()?.as_bytes());
+            }
+            Kind::Custom { serializer, .. } => {
+                let bytes = serializer.bind(py).call1((value,))?;
+                if bytes.is_none() {
+                    return Ok(false);
+                }
+                out.extend_from_slice(bytes.cast::<PyBytes>()?.as_bytes());
+            }
+            Kind::Windowed { inner, .. } => {
+                let (key, start, _end): (Bound<'_, PyAny>, i64, i64) = value.extract()?;
+                if !inner.encode(&key, out)? {
+                    return Err(PyValueError::new_err("a windowed key's key is None"));
+                }
+                out.extend_from_slice(&start.to_be_bytes());
+            }
+        }
+        Ok(true)
+    }
+
+    /// Decodes `data` (`None`: a Kafka null, decoded as `None`).
+    pub fn decode<'py>(&self, py: Python<'py>, data: Option<&[u8]>) -> PyResult<Bound<'py, PyAny>> {
+        let Some(data) = data else {
+            return Ok(py.None().into_bound(py));
+        };
+        Ok(match &*self.kind {
+            Kind::Bytes => PyBytes::new(py, data).into_any(),
+            Kind::Str => {
+                let text = std::str::from_utf8(data).map_err(|e| {
+                    PyValueError::new_err(format!(
+                        "str: bytes are not valid UTF-8 at byte {}",
+                        e.valid_up_to()
+                    ))
+                })?;
+                PyString::new(py, text).into_any()
+            }
+            Kind::Int64 => i64::from_be_bytes(fixed(data, "int")?)
+                .into_pyobject(py)?
+                .into_any(),
+            Kind::Int32 => i32::from_be_bytes(fixed(data, "int32")?)
+                .into_pyobject(py)?
+                .into_any(),
+            Kind::Json { loads, .. } => loads.bind(py).call1((PyBytes::new(py, data),))?,
+            Kind::Custom { deserializer, .. } => {
+                deserializer.bind(py).call1((PyBytes::new(py, data),))?
+            }
+            Kind::Windowed { inner, size_ms } => {
+                if data.len() < 8 {
+                    return Err(PyValueError::new_err(format!(
+                        "windowed key: expected at least 8 bytes, got {}",
+                        data.len()
+                    )));
+                }
+                let (key, start) = data.split_at(data.len() - 8);
+                let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+                let key = inner.decode(py, Some(key))?;
+                PyTuple::new(
+                    py,
+                    [
+                        key,
+                        start.into_pyobject(py)?.into_any(),
+                        start.saturating_add(*size_ms).into_pyobject(py)?.into_any(),
+                    ],
+                )?
+                .into_any()
+            }
+        })
+    }
+}
+
+fn fixed<const N: usize>(data: &[u8], name: &str) -> PyResult<[u8; N]> {
+    data.try_into().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name}: expected {N} bytes, got {}; is the topic written with a matching serde?",
+            data.len()
+        ))
+    })
+}
+
+#[pymethods]
+impl Serde {
+    /// Raw bytes (`bytes` objects).
+    #[staticmethod]
+    fn bytes() -> Self {
+        Serde::bytes_serde()
+    }
+
+    /// UTF-8 text (`str` objects), as Kafka's `StringSerde`.
+    #[staticmethod]
+    fn str() -> Self {
+        Serde::of(Kind::Str, "str")
+    }
+
+    /// A 64-bit big-endian integer, as Kafka's `LongSerde` (counts are
+    /// written with it).
+    #[staticmethod]
+    fn int() -> Self {
+        Serde::int_serde()
+    }
+
+    /// A 32-bit big-endian integer, as Kafka's `IntegerSerde`.
+    #[staticmethod]
+    fn int32() -> Self {
+        Serde::of(Kind::Int32, "int32")
+    }
+
+    /// Python objects as compact JSON text (`json.dumps` / `json.loads`).
+    #[staticmethod]
+    fn json(py: Python<'_>) -> PyResult<Self> {
+        Serde::json_serde(py)
+    }
+
+    /// A serde from two callables: `serializer(obj) -> bytes | None` and
+    /// `deserializer(bytes) -> obj` (never called for a Kafka null).
+    #[staticmethod]
+    fn custom(serializer: Bound<'_, PyAny>, deserializer: Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Serde::of(
+            Kind::Custom {
+                serializer: Callable::new(serializer)?,
+                deserializer: Callable::new(deserializer)?,
+            },
+            "custom",
+        ))
+    }
+
+    /// Windowed keys `(key, start_ms, end_ms)` of time windows of `size_ms`,
+    /// in Kafka Streams' `TimeWindowedSerde` format.
+    #[staticmethod]
+    fn windowed(inner: &Bound<'_, Serde>, size_ms: i64) -> Self {
+        Serde::windowed_serde(inner.get(), size_ms)
+    }
+
+    /// The bytes of `value` (`None` for a Kafka null).
+    fn serialize<'py>(&self, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let mut out = Vec::new();
+        Ok(self
+            .encode(value, &mut out)?
+            .then(|| PyBytes::new(value.py(), &out)))
+    }
+
+    /// The object encoded in `data` (`None` for a Kafka null).
+    #[pyo3(signature = (data))]
+    fn deserialize<'py>(
+        &self,
+        py: Python<'py>,
+        data: Option<&[u8]>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.decode(py, data)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Serde.{}()", self.name)
+    }
+}
+
+impl weir::serdes::Serde<PyObj> for Serde {
+    fn serialize(&self, topic: &str, data: &PyObj, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        if self.serialize_nullable(topic, data, out)? {
+            Ok(())
+        } else {
+            Err(SerdeError::Null {
+                type_name: self.name,
+            })
+        }
+    }
+
+    fn deserialize(&self, topic: &str, data: &[u8]) -> Result<PyObj, SerdeError> {
+        self.deserialize_nullable(topic, Some(data))
+    }
+
+    fn serialize_nullable(
+        &self,
+        _topic: &str,
+        data: &PyObj,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, SerdeError> {
+        Python::attach(|py| {
+            self.encode(data.bind(py), out).map_err(|e| {
+                SerdeError::Custom(format!("{} serde: {}", self.name, describe(py, &e)))
+            })
+        })
+    }
+
+    fn deserialize_nullable(&self, _topic: &str, data: Option<&[u8]>) -> Result<PyObj, SerdeError> {
+        Python::attach(|py| {
+            self.decode(py, data).map(PyObj::from_bound).map_err(|e| {
+                SerdeError::Custom(format!("{} serde: {}", self.name, describe(py, &e)))
+            })
+        })
+    }
+}

@@ -1,0 +1,220 @@
+"""The Python API through the in-memory TopologyTestDriver (no broker)."""
+
+import json
+
+import pytest
+
+from weir import Serde, StreamsBuilder, TimeWindows, TopologyTestDriver
+
+
+def word_count_topology():
+    builder = StreamsBuilder()
+    (
+        builder.stream("text", Serde.str(), Serde.str())
+        .flat_map_values(lambda line: line.lower().split())
+        .group_by(lambda _key, word: word, key_serde=Serde.str())
+        .count(store="counts")
+        .to_stream()
+        .to("counts", value_serde=Serde.int())
+    )
+    return builder.build()
+
+
+def test_word_count_counts_every_word():
+    lines = ["the quick brown fox", "The lazy dog", "the fox"]
+    truth = {}
+    for line in lines:
+        for word in line.lower().split():
+            truth[word] = truth.get(word, 0) + 1
+
+    with TopologyTestDriver(word_count_topology()) as driver:
+        text = driver.create_input_topic("text", Serde.str(), Serde.str())
+        counts = driver.create_output_topic("counts", Serde.str(), Serde.int())
+        for i, line in enumerate(lines):
+            text.pipe_input(None, line, timestamp=i)
+        updates = counts.read_key_values_to_list()
+
+    # Without a cache every update is emitted: one per word occurrence.
+    assert len(updates) == sum(truth.values())
+    assert dict(updates) == truth
+    assert updates[:4] == [("the", 1), ("quick", 1), ("brown", 1), ("fox", 1)]
+
+
+def test_the_count_is_written_as_a_kafka_long():
+    with TopologyTestDriver(word_count_topology()) as driver:
+        driver.create_input_topic("text", Serde.str(), Serde.str()).pipe_input(None, "a a")
+        raw = driver.create_output_topic("counts", Serde.bytes(), Serde.bytes())
+        assert raw.read_key_values_to_list() == [
+            (b"a", (1).to_bytes(8, "big")),
+            (b"a", (2).to_bytes(8, "big")),
+        ]
+
+
+def test_a_tumbling_window_with_grace_counts_per_window_and_drops_late_records():
+    builder = StreamsBuilder()
+    (
+        builder.stream("clicks", Serde.str(), Serde.json())
+        .group_by_key()
+        .windowed_by(TimeWindows(size_ms=1000, grace_ms=500))
+        .count()
+        .to_stream()
+        .map(lambda window, n: (f"{window[0]}@{window[1]}", n))
+        .to("per-second", key_serde=Serde.str(), value_serde=Serde.int())
+    )
+    with TopologyTestDriver(builder.build()) as driver:
+        clicks = driver.create_input_topic("clicks", Serde.str(), Serde.json())
+        out = driver.create_output_topic("per-second", Serde.str(), Serde.int())
+        clicks.pipe_input("ann", {"page": "/"}, timestamp=100)
+        clicks.pipe_input("ann", {"page": "/a"}, timestamp=900)
+        clicks.pipe_input("bob", {"page": "/"}, timestamp=1200)
+        clicks.pipe_input("ann", {"page": "/b"}, timestamp=1300)  # within grace of [0,1000)
+        clicks.pipe_input("ann", {"page": "/c"}, timestamp=800)
+        clicks.pipe_input("bob", {"page": "/"}, timestamp=2600)  # closes [0,1000) (2600 > 1000+500... )
+        clicks.pipe_input("ann", {"page": "/late"}, timestamp=700)  # late: dropped
+        got = out.read_key_values_to_map()
+    assert got == {"ann@0": 3, "bob@1000": 1, "ann@1000": 1, "bob@2000": 1}
+
+
+def test_an_emit_final_window_emits_once_when_it_closes():
+    builder = StreamsBuilder()
+    (
+        builder.stream("events", Serde.str(), Serde.str())
+        .group_by_key()
+        .windowed_by(TimeWindows(size_ms=1000, grace_ms=0, emit_final=True))
+        .count()
+        .to_stream()
+        .to("final")
+    )
+    with TopologyTestDriver(builder.build()) as driver:
+        events = driver.create_input_topic("events", Serde.str(), Serde.str())
+        out = driver.create_output_topic("final", Serde.windowed(Serde.str(), 1000), Serde.int())
+        for ts in (0, 10, 20):
+            events.pipe_input("k", "x", timestamp=ts)
+        assert out.read_key_values_to_list() == []
+        events.pipe_input("k", "x", timestamp=1000)
+        assert out.read_key_values_to_list() == [(("k", 0, 1000), 3)]
+
+
+def test_a_stream_table_join_enriches_orders_and_a_left_join_keeps_unmatched():
+    builder = StreamsBuilder()
+    customers = builder.table("customers", Serde.str(), Serde.json())
+    orders = builder.stream("orders", Serde.str(), Serde.json())
+    orders.join(customers, lambda order, c: {**order, "name": c["name"]}).to("enriched")
+    orders.left_join(customers, lambda order, c: {**order, "name": c and c["name"]}).to(
+        "enriched-left"
+    )
+    with TopologyTestDriver(builder.build()) as driver:
+        c = driver.create_input_topic("customers", Serde.str(), Serde.json())
+        o = driver.create_input_topic("orders", Serde.str(), Serde.json())
+        inner = driver.create_output_topic("enriched", Serde.str(), Serde.json())
+        left = driver.create_output_topic("enriched-left", Serde.str(), Serde.json())
+        c.pipe_input("c1", {"name": "Ann"}, timestamp=1)
+        o.pipe_input("c1", {"amount": 5}, timestamp=2)
+        o.pipe_input("c2", {"amount": 7}, timestamp=3)
+        c.pipe_input("c1", None, timestamp=4)  # tombstone: Ann is gone
+        o.pipe_input("c1", {"amount": 9}, timestamp=5)
+        assert inner.read_key_values_to_list() == [("c1", {"amount": 5, "name": "Ann"})]
+        assert left.read_key_values_to_list() == [
+            ("c1", {"amount": 5, "name": "Ann"}),
+            ("c2", {"amount": 7, "name": None}),
+            ("c1", {"amount": 9, "name": None}),
+        ]
+
+
+def test_filter_map_select_key_branch_and_merge():
+    builder = StreamsBuilder()
+    numbers = builder.stream("numbers", Serde.str(), Serde.int())
+    small, big = numbers.filter_not(lambda k, v: v < 0).branch(
+        lambda k, v: v < 10, lambda k, v: v < 100
+    )
+    small.map_values(lambda v: v * 2).to("small", value_serde=Serde.int())
+    big.select_key(lambda k, v: f"{k}!").map(lambda k, v: (k.upper(), str(v))).to(
+        "big", key_serde=Serde.str(), value_serde=Serde.str()
+    )
+    small.merge(big).to("all")
+    with TopologyTestDriver(builder.build()) as driver:
+        inp = driver.create_input_topic("numbers", Serde.str(), Serde.int())
+        inp.pipe_key_value_list([("a", 1), ("b", -3), ("c", 50), ("d", 500), ("e", 7)])
+        assert driver.create_output_topic("small", Serde.str(), Serde.int()).read_key_values_to_list() == [
+            ("a", 2),
+            ("e", 14),
+        ]
+        assert driver.create_output_topic("big", Serde.str(), Serde.str()).read_key_values_to_list() == [
+            ("C!", "50")
+        ]
+        assert [k for k, _ in driver.create_output_topic("all", Serde.str(), Serde.int()).read_key_values_to_list()] == [
+            "a",
+            "c",
+            "e",
+        ]
+
+
+def test_an_exception_in_a_callable_fails_with_the_python_traceback():
+    def explode(value):
+        raise ValueError(f"cannot handle {value!r}")
+
+    builder = StreamsBuilder()
+    builder.stream("in", Serde.str(), Serde.str()).map_values(explode).to("out")
+    with TopologyTestDriver(builder.build()) as driver:
+        with pytest.raises(RuntimeError) as failure:
+            driver.create_input_topic("in", Serde.str(), Serde.str()).pipe_input("k", "boom")
+    message = str(failure.value)
+    assert "Traceback (most recent call last)" in message
+    assert "in explode" in message
+    assert "ValueError: cannot handle 'boom'" in message
+
+
+def test_log_and_continue_skips_the_failing_record_and_dead_letter_keeps_it_with_the_reason():
+    def parse(value):
+        return int(value)
+
+    def topology():
+        builder = StreamsBuilder()
+        builder.stream("in", Serde.str(), Serde.str()).map_values(parse).to(
+            "out", value_serde=Serde.int()
+        )
+        return builder.build()
+
+    with TopologyTestDriver(topology(), processing_handler="log_and_continue") as driver:
+        inp = driver.create_input_topic("in", Serde.str(), Serde.str())
+        for v in ("1", "x", "3"):
+            inp.pipe_input("k", v)
+        assert driver.create_output_topic("out", Serde.str(), Serde.int()).read_key_values_to_list() == [
+            ("k", 1),
+            ("k", 3),
+        ]
+
+    with TopologyTestDriver(topology(), processing_handler="dead_letter:in-dlq") as driver:
+        inp = driver.create_input_topic("in", Serde.str(), Serde.str())
+        for v in ("1", "x", "3"):
+            inp.pipe_input("k", v)
+        dlq = driver.create_output_topic("in-dlq", Serde.str(), Serde.str())
+        assert dlq.read_key_values_to_list() == [("k", "x")]
+        assert driver.create_output_topic("out", Serde.str(), Serde.int()).read_key_values_to_list() == [
+            ("k", 1),
+            ("k", 3),
+        ]
+
+
+def test_json_and_custom_serdes_round_trip_and_none_is_a_kafka_null():
+    assert Serde.json().serialize({"a": [1, 2]}) == b'{"a":[1,2]}'
+    assert Serde.json().deserialize(b'{"a":[1,2]}') == {"a": [1, 2]}
+    assert Serde.int().serialize(-2) == (-2).to_bytes(8, "big", signed=True)
+    assert Serde.int32().deserialize((7).to_bytes(4, "big")) == 7
+    rev = Serde.custom(lambda s: s[::-1].encode(), lambda b: b.decode()[::-1])
+    assert rev.serialize("abc") == b"cba"
+    assert rev.deserialize(b"cba") == "abc"
+    for serde in (Serde.str(), Serde.bytes(), Serde.int(), Serde.json(), rev):
+        assert serde.serialize(None) is None
+        assert serde.deserialize(None) is None
+    with pytest.raises(ValueError, match="expected 8 bytes, got 3"):
+        Serde.int().deserialize(b"abc")
+    assert json.loads(Serde.json().serialize("x")) == "x"
+
+
+def test_a_topology_runs_once_and_describes_itself():
+    topology = word_count_topology()
+    assert "counts" in topology.describe()
+    TopologyTestDriver(topology).close()
+    with pytest.raises(RuntimeError, match="already runs"):
+        TopologyTestDriver(topology)
