@@ -53,10 +53,23 @@ pub(crate) struct Held<T, A> {
 
 impl<T, A> Held<T, A> {
     /// Applies `f` to the held aggregate; `timestamp` becomes the latest
-    /// update time.
-    pub(crate) fn update(&mut self, timestamp: i64, f: impl FnOnce(Option<A>) -> A) {
-        self.value = Some(f(self.value.take()));
-        self.timestamp = timestamp;
+    /// update time. When `f` fails the held aggregate stays as it was.
+    pub(crate) fn update(
+        &mut self,
+        timestamp: i64,
+        f: impl FnOnce(Option<A>) -> Result<A, StepFailed<A>>,
+    ) -> Result<(), ProcessorError> {
+        match f(self.value.take()) {
+            Ok(value) => {
+                self.value = Some(value);
+                self.timestamp = timestamp;
+                Ok(())
+            }
+            Err(failed) => {
+                self.value = failed.aggregate;
+                Err(failed.error)
+            }
+        }
     }
 }
 
@@ -159,8 +172,55 @@ impl<T, A> Drop for UpdateCache<T, A> {
     }
 }
 
-/// The aggregation function: `(key, value, current aggregate) → new aggregate`.
-pub(crate) type AggregateFn<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
+/// The aggregation function: `(key, value, current aggregate) → new
+/// aggregate`. It fails only for the `try_` aggregations, handing the
+/// aggregate it was given back so that the store and cache keep it.
+pub(crate) type AggregateFn<K, V, A> =
+    Arc<dyn Fn(&K, V, Option<A>) -> Result<A, StepFailed<A>> + Send + Sync>;
+
+/// A failed aggregation step: the error (for the processing handler) and the
+/// aggregate the step was given, unchanged.
+pub(crate) struct StepFailed<A> {
+    pub(crate) error: ProcessorError,
+    pub(crate) aggregate: Option<A>,
+}
+
+/// An [`AggregateFn`] of a user's fallible `initializer` and `aggregator`
+/// (`try_aggregate`): the aggregator borrows the aggregate, which stays as
+/// it was when either fails.
+pub(crate) fn try_aggregate_fn<K, V, A: 'static>(
+    initializer: impl Fn() -> Result<A, ProcessorError> + Send + Sync + 'static,
+    aggregator: impl Fn(&K, V, &A) -> Result<A, ProcessorError> + Send + Sync + 'static,
+) -> impl Fn(&K, V, Option<A>) -> Result<A, StepFailed<A>> + Send + Sync + 'static {
+    move |key, value, old| {
+        let had = old.is_some();
+        let current = match old {
+            Some(a) => a,
+            None => initializer().map_err(|error| StepFailed {
+                error,
+                aggregate: None,
+            })?,
+        };
+        aggregator(key, value, &current).map_err(|error| StepFailed {
+            error,
+            aggregate: had.then_some(current),
+        })
+    }
+}
+
+/// An [`AggregateFn`] of a user's fallible `reducer` (`try_reduce`): the
+/// first value of a key is its aggregate.
+pub(crate) fn try_reduce_fn<K, V: 'static>(
+    reducer: impl Fn(&V, V) -> Result<V, ProcessorError> + Send + Sync + 'static,
+) -> impl Fn(&K, V, Option<V>) -> Result<V, StepFailed<V>> + Send + Sync + 'static {
+    move |_, value, old| match old {
+        None => Ok(value),
+        Some(current) => reducer(&current, value).map_err(|error| StepFailed {
+            error,
+            aggregate: Some(current),
+        }),
+    }
+}
 
 /// See the module docs.
 pub(crate) struct AggregateNode<K, V, A> {
@@ -203,7 +263,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Processor
         let kv = ctx.key_value_store::<K, A>(&self.store)?;
         if !self.cache.enabled() {
             let old = kv.get(&r.key)?;
-            let new = (self.f)(&r.key, r.value, old.clone());
+            let new = (self.f)(&r.key, r.value, old.clone()).map_err(|f| f.error)?;
             kv.put(&r.key, &new)?;
             return ctx.forward(Record {
                 key: r.key,
@@ -220,12 +280,12 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Processor
             .serialize(&self.store, &r.key, &mut self.key_buf)
             .map_err(ProcessorError::serialize(KeyOrValue::Key, &self.store))?;
         if let Some(e) = self.cache.get_mut(&self.key_buf) {
-            e.update(r.timestamp, |current| (self.f)(&r.key, r.value, current));
+            e.update(r.timestamp, |current| (self.f)(&r.key, r.value, current))?;
             e.headers = r.headers;
             return Ok(());
         }
         let old = kv.get(&r.key)?;
-        let new = (self.f)(&r.key, r.value, old.clone());
+        let new = (self.f)(&r.key, r.value, old.clone()).map_err(|f| f.error)?;
         let held = Held {
             key: r.key,
             value: Some(new),

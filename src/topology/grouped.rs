@@ -12,8 +12,11 @@
 
 use std::sync::Arc;
 
+use crate::processor::ProcessorError;
 use crate::processor::StoreSerdes;
-use crate::processor::aggregate::{AggregateFn, AggregateNode};
+use crate::processor::aggregate::{
+    AggregateFn, AggregateNode, StepFailed, try_aggregate_fn, try_reduce_fn,
+};
 use crate::serdes::SharedSerde;
 
 use super::internal::BuilderInner;
@@ -69,7 +72,9 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     where
         K: Send,
     {
-        self.aggregate_with(materialized, |_, _, old: Option<i64>| old.unwrap_or(0) + 1)
+        self.aggregate_with(materialized, |_, _, old: Option<i64>| {
+            Ok(old.unwrap_or(0) + 1)
+        })
     }
 
     /// Combines the values per key with `reducer(aggregate, value)`; the first
@@ -83,10 +88,28 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         K: Send,
         V: Send,
     {
-        self.aggregate_with(materialized, move |_, value, old| match old {
-            Some(agg) => reducer(agg, value),
-            None => value,
+        self.aggregate_with(materialized, move |_, value, old| {
+            Ok(match old {
+                Some(agg) => reducer(agg, value),
+                None => value,
+            })
         })
+    }
+
+    /// [`reduce`](Self::reduce) with a reducer that may fail:
+    /// `reducer(&aggregate, value)`. A failure is a processing error of the
+    /// record (the processing handler decides: fail, skip, dead-letter); the
+    /// key's aggregate stays as it was.
+    pub fn try_reduce(
+        &self,
+        reducer: impl Fn(&V, V) -> Result<V, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<K, V>
+    where
+        K: Send,
+        V: Send,
+    {
+        self.aggregate_with(materialized, try_reduce_fn(reducer))
     }
 
     /// Folds the values per key: `aggregator(key, value, aggregate)` starting
@@ -101,14 +124,30 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         K: Send,
     {
         self.aggregate_with(materialized, move |key, value, old| {
-            aggregator(key, value, old.unwrap_or_else(&initializer))
+            Ok(aggregator(key, value, old.unwrap_or_else(&initializer)))
         })
+    }
+
+    /// [`aggregate`](Self::aggregate) with an initializer and aggregator
+    /// that may fail: `aggregator(key, value, &aggregate)`. A failure is a
+    /// processing error of the record (the processing handler decides); the
+    /// key's aggregate stays as it was.
+    pub fn try_aggregate<A: Data + Send>(
+        &self,
+        initializer: impl Fn() -> Result<A, ProcessorError> + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, &A) -> Result<A, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, A>,
+    ) -> KTable<K, A>
+    where
+        K: Send,
+    {
+        self.aggregate_with(materialized, try_aggregate_fn(initializer, aggregator))
     }
 
     fn aggregate_with<A: Data + Send>(
         &self,
         materialized: Materialized<K, A>,
-        f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+        f: impl Fn(&K, V, Option<A>) -> Result<A, StepFailed<A>> + Send + Sync + 'static,
     ) -> KTable<K, A>
     where
         K: Send,

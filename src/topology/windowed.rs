@@ -39,6 +39,8 @@
 
 use std::sync::Arc;
 
+use crate::processor::ProcessorError;
+use crate::processor::aggregate::{StepFailed, try_aggregate_fn, try_reduce_fn};
 use crate::processor::node::{CachingNode, ErasedNode};
 use crate::processor::{Change, ProcessorNode, StoreKind, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
@@ -238,7 +240,9 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     where
         K: Send,
     {
-        self.aggregate_with(materialized, |_, _, old: Option<i64>| old.unwrap_or(0) + 1)
+        self.aggregate_with(materialized, |_, _, old: Option<i64>| {
+            Ok(old.unwrap_or(0) + 1)
+        })
     }
 
     /// Combines the values per key and window with `reducer(aggregate, value)`.
@@ -251,10 +255,44 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         K: Send,
         V: Send,
     {
-        self.aggregate_with(materialized, move |_, value, old| match old {
-            Some(agg) => reducer(agg, value),
-            None => value,
+        self.aggregate_with(materialized, move |_, value, old| {
+            Ok(match old {
+                Some(agg) => reducer(agg, value),
+                None => value,
+            })
         })
+    }
+
+    /// [`reduce`](Self::reduce) with a reducer that may fail:
+    /// `reducer(&aggregate, value)`. A failure is a processing error of the
+    /// record; no window's aggregate changes.
+    pub fn try_reduce(
+        self,
+        reducer: impl Fn(&V, V) -> Result<V, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<Windowed<K>, V>
+    where
+        K: Send,
+        V: Send,
+    {
+        self.aggregate_with(materialized, try_reduce_fn(reducer))
+    }
+
+    /// [`aggregate`](Self::aggregate) with an initializer and aggregator
+    /// that may fail: `aggregator(key, value, &aggregate)`. A failure is a
+    /// processing error of the record; the window it failed in keeps its
+    /// aggregate (with hopping windows, the windows before it in the
+    /// record's order stay updated; with sliding windows none is).
+    pub fn try_aggregate<A: Data + Send>(
+        self,
+        initializer: impl Fn() -> Result<A, ProcessorError> + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, &A) -> Result<A, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, A>,
+    ) -> KTable<Windowed<K>, A>
+    where
+        K: Send,
+    {
+        self.aggregate_with(materialized, try_aggregate_fn(initializer, aggregator))
     }
 
     /// Folds the values per key and window with `aggregator(key, value,
@@ -269,14 +307,14 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         K: Send,
     {
         self.aggregate_with(materialized, move |key, value, old| {
-            aggregator(key, value, old.unwrap_or_else(&initializer))
+            Ok(aggregator(key, value, old.unwrap_or_else(&initializer)))
         })
     }
 
     fn aggregate_with<A: Data + Send>(
         self,
         materialized: Materialized<K, A>,
-        f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+        f: impl Fn(&K, V, Option<A>) -> Result<A, StepFailed<A>> + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A>
     where
         K: Send,
@@ -407,7 +445,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
         merger: impl Fn(&K, A, A) -> A + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A> {
-        let f: windows::time::AggregateFn<K, V, A> = Arc::new(f);
+        let f: windows::time::PlainAggregateFn<K, V, A> = Arc::new(f);
         let merger: windows::session::MergeFn<K, A> = Arc::new(merger);
         let windows = self.windows;
         let kind = Kind {

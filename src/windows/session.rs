@@ -18,7 +18,7 @@ use crate::processor::{Change, Processor, ProcessorContext, ProcessorError, Reco
 use crate::state::SessionKey;
 use crate::state::session::{changelog_key, parse_changelog_key};
 
-use super::time::{AggregateFn, Spec};
+use super::time::{PlainAggregateFn, Spec};
 use super::trigger;
 use super::{SessionWindows, Window, Windowed};
 
@@ -29,7 +29,7 @@ pub(crate) type MergeFn<K, A> = Arc<dyn Fn(&K, A, A) -> A + Send + Sync>;
 pub(crate) struct SessionWindowAggregate<K, V, A> {
     pub(crate) windows: SessionWindows,
     pub(crate) spec: Arc<Spec<K, V>>,
-    pub(crate) f: AggregateFn<K, V, A>,
+    pub(crate) f: PlainAggregateFn<K, V, A>,
     pub(crate) merger: MergeFn<K, A>,
 }
 

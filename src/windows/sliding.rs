@@ -97,6 +97,10 @@ where
             Some(_) => spec.encode_key(&spec.store, &r.key)?,
             None => Vec::new(),
         };
+        // Every changed window's aggregate first, then the writes: when a
+        // `try_` aggregation fails, nothing of the record stays (its value is
+        // taken out of the buffer again).
+        let mut updated: Vec<(i64, A)> = Vec::new();
         for start in starts {
             let end = start + diff;
             // Windows containing ts changed; ts's right window is new.
@@ -107,10 +111,22 @@ where
             let mut agg: Option<A> = None;
             for (_, values) in nearby.iter().filter(|(rt, _)| (start..=end).contains(rt)) {
                 for v in values {
-                    agg = Some((self.f)(&r.key, v.clone(), agg));
+                    match (self.f)(&r.key, v.clone(), agg) {
+                        Ok(a) => agg = Some(a),
+                        Err(failed) => {
+                            at_ts.pop();
+                            buffer.put(&r.key, ts, (!at_ts.is_empty()).then_some(&at_ts))?;
+                            return Err(failed.error);
+                        }
+                    }
                 }
             }
-            let Some(new) = agg else { continue };
+            if let Some(new) = agg {
+                updated.push((start, new));
+            }
+        }
+        for (start, new) in updated {
+            let end = start + diff;
             let old = store.fetch(&r.key, start)?;
             store.put(&r.key, start, Some(&new))?;
             let change = match &triggers {

@@ -186,8 +186,11 @@ impl<K: 'static, V: 'static> Spec<K, V> {
     }
 }
 
-/// The aggregation function: `(key, value, old aggregate) -> new aggregate`.
-pub(crate) type AggregateFn<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
+pub(crate) use crate::processor::aggregate::AggregateFn;
+
+/// The aggregation function of session windows, which cannot fail (they
+/// offer no `try_` aggregation).
+pub(crate) type PlainAggregateFn<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
 
 /// Aggregates a grouped stream over [`TimeWindows`].
 pub(crate) struct TimeWindowAggregate<K, V, A> {
@@ -282,11 +285,11 @@ where
                 if let Some(e) = self.cache.get_mut(&id) {
                     e.update(r.timestamp, |current| {
                         (self.f)(&r.key, r.value.clone(), current)
-                    });
+                    })?;
                     continue;
                 }
                 let old = store.fetch(&r.key, window.start_ms)?;
-                let new = (self.f)(&r.key, r.value.clone(), old.clone());
+                let new = (self.f)(&r.key, r.value.clone(), old.clone()).map_err(|f| f.error)?;
                 let held = Held {
                     key: Windowed::new(r.key.clone(), window.start_ms, window.end_ms),
                     value: Some(new),
@@ -300,7 +303,7 @@ where
                 continue;
             }
             let old = store.fetch(&r.key, window.start_ms)?;
-            let new = (self.f)(&r.key, r.value.clone(), old.clone());
+            let new = (self.f)(&r.key, r.value.clone(), old.clone()).map_err(|f| f.error)?;
             store.put(&r.key, window.start_ms, Some(&new))?;
             let windowed = Windowed::new(r.key.clone(), window.start_ms, window.end_ms);
             let change = match &triggers {
