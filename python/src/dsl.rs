@@ -10,13 +10,24 @@
 
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use weir::topology::{self, Consumed, Grouped, Materialized, Produced};
 use weir::windows::{EmitStrategy, Windowed};
 
-use crate::ops::{BranchProcessor, JoinPair, JoinProcessor, Op, PyProcessor};
+/// Which rows of a join are emitted.
+#[derive(Clone, Copy, PartialEq)]
+enum JoinKind {
+    Inner,
+    Left,
+    Outer,
+}
+
+use crate::ops::{
+    self, BranchProcessor, GlobalKeyProcessor, JoinPair, JoinProcessor, Op, PyProcessor,
+    TableJoinProcessor,
+};
 use crate::serde::Serde;
 use crate::value::{Callable, PyObj};
 
@@ -90,12 +101,7 @@ impl StreamsBuilder {
         let inner = self
             .inner
             .stream(topic, Consumed::with(key.clone(), value.clone()));
-        KStream {
-            inner,
-            key,
-            value,
-            defaults: self.defaults.clone(),
-        }
+        KStream::of(inner, Some(key), Some(value), &self.defaults)
     }
 
     /// A table of the latest value per key of `topic` (a `None` value
@@ -119,6 +125,26 @@ impl StreamsBuilder {
             key,
             value,
             defaults: self.defaults.clone(),
+        }
+    }
+
+    /// A global table of `topic`: every instance reads all its partitions
+    /// into a store (named `store`, or generated), for joins by a selected key.
+    #[pyo3(signature = (topic, key_serde = None, value_serde = None, store = None))]
+    fn global_table(
+        &self,
+        topic: &str,
+        key_serde: Option<&Bound<'_, Serde>>,
+        value_serde: Option<&Bound<'_, Serde>>,
+        store: Option<String>,
+    ) -> GlobalKTable {
+        let key = serde_arg(key_serde).unwrap_or_else(|| self.defaults.key.clone());
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.defaults.value.clone());
+        let m = materialized(store, &key).with_value_serde(value.clone());
+        GlobalKTable {
+            inner: self
+                .inner
+                .global_table(topic, Consumed::with(key, value), m),
         }
     }
 
@@ -156,6 +182,41 @@ impl Topology {
 
 #[pymethods]
 impl Topology {
+    /// A topology that ships with Weir (`word-count`, `events-by-type`,
+    /// `page-views`, `order-enrichment`, `datacenter-monitor`), built with
+    /// `params` (its `topology.<name>` settings; defaults for the others).
+    #[staticmethod]
+    #[pyo3(signature = (name, params = None))]
+    fn shipped(
+        name: &str,
+        params: Option<std::collections::BTreeMap<String, String>>,
+    ) -> PyResult<Topology> {
+        let shipped = weir::topologies::find(name).ok_or_else(|| {
+            let names: Vec<&str> = weir::topologies::ALL.iter().map(|t| t.name).collect();
+            PyValueError::new_err(format!(
+                "no shipped topology '{name}'; there are {}",
+                names.join(", ")
+            ))
+        })?;
+        let params = shipped
+            .params(&params.unwrap_or_default())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let topology = (shipped.build)(&params)
+            .map_err(|e| PyValueError::new_err(format!("topology '{name}': {e}")))?;
+        Ok(Topology {
+            inner: std::sync::Mutex::new(Some(topology)),
+        })
+    }
+
+    /// The shipped topologies: `{name: description}`.
+    #[staticmethod]
+    fn shipped_names() -> std::collections::BTreeMap<&'static str, &'static str> {
+        weir::topologies::ALL
+            .iter()
+            .map(|t| (t.name, t.description))
+            .collect()
+    }
+
     /// Sub-topologies, sources, processors, stores and sinks, as Kafka
     /// Streams' `Topology.describe()` prints them.
     fn describe(&self) -> PyResult<String> {
@@ -178,11 +239,20 @@ pub struct KStream {
 
 impl KStream {
     fn with(&self, inner: Stream, key: Option<Serde>, value: Option<Serde>) -> KStream {
+        KStream::of(inner, key, value, &self.defaults)
+    }
+
+    /// A Python stream of `inner`, whose serdes (the defaults where not
+    /// known) are set on the Weir stream too, for the repartitions, join
+    /// stores and sinks after it.
+    fn of(inner: Stream, key: Option<Serde>, value: Option<Serde>, defaults: &Defaults) -> KStream {
+        let key = key.unwrap_or_else(|| defaults.key.clone());
+        let value = value.unwrap_or_else(|| defaults.value.clone());
         KStream {
-            inner,
-            key: key.unwrap_or_else(|| self.defaults.key.clone()),
-            value: value.unwrap_or_else(|| self.defaults.value.clone()),
-            defaults: self.defaults.clone(),
+            inner: inner.with_serdes(key.clone(), value.clone()),
+            key,
+            value,
+            defaults: defaults.clone(),
         }
     }
 
@@ -213,36 +283,96 @@ impl KStream {
         )
     }
 
-    fn join_with(
+    fn join_any(
         &self,
-        table: &KTable,
+        other: &Bound<'_, PyAny>,
         joiner: Bound<'_, PyAny>,
-        left: bool,
-        value_serde: Option<&Bound<'_, Serde>>,
+        kind: JoinKind,
+        windows: Option<&JoinWindows>,
+        key_selector: Option<Bound<'_, PyAny>>,
     ) -> PyResult<KStream> {
-        if matches!(table.inner, Table::WindowedCount(_)) {
-            return Err(PyValueError::new_err(
-                "a stream joins a table by key; a windowed table's keys are windows",
-            ));
-        }
         let joiner = Callable::new(joiner)?;
-        let (key, value) = self.serdes(None, value_serde);
-        let joined = topology::Joined::new()
-            .with_key_serde(key)
-            .with_value_serde(value);
-        let table = table.values();
-        let pairs: topology::KStream<PyObj, JoinPair> = if left {
-            self.inner.left_join_table(
-                &table,
-                |v: &PyObj, row: Option<&PyObj>| (v.clone(), row.cloned()),
-                joined,
-            )
+        let joined = || {
+            topology::Joined::new()
+                .with_key_serde(self.key.clone())
+                .with_value_serde(self.value.clone())
+        };
+        let pairs: topology::KStream<PyObj, JoinPair> = if let Ok(other) = other.cast::<KStream>() {
+            let other = other.borrow();
+            let windows = windows.ok_or_else(|| {
+                PyValueError::new_err("a stream-stream join needs windows=JoinWindows(...)")
+            })?;
+            let w = windows.inner;
+            match kind {
+                JoinKind::Inner => self.inner.join_stream(
+                    &other.inner,
+                    |l: &PyObj, r: &PyObj| (Some(l.clone()), Some(r.clone())),
+                    w,
+                    joined(),
+                ),
+                JoinKind::Left => self.inner.left_join_stream(
+                    &other.inner,
+                    |l: &PyObj, r: Option<&PyObj>| (Some(l.clone()), r.cloned()),
+                    w,
+                    joined(),
+                ),
+                JoinKind::Outer => self.inner.outer_join_stream(
+                    &other.inner,
+                    |l: Option<&PyObj>, r: Option<&PyObj>| (l.cloned(), r.cloned()),
+                    w,
+                    joined(),
+                ),
+            }
+        } else if let Ok(table) = other.cast::<KTable>() {
+            let table = table.borrow().values()?;
+            match kind {
+                JoinKind::Inner => self.inner.join_table(
+                    &table,
+                    |v: &PyObj, row: &PyObj| (Some(v.clone()), Some(row.clone())),
+                    joined(),
+                ),
+                JoinKind::Left => self.inner.left_join_table(
+                    &table,
+                    |v: &PyObj, row: Option<&PyObj>| (Some(v.clone()), row.cloned()),
+                    joined(),
+                ),
+                JoinKind::Outer => {
+                    return Err(PyValueError::new_err(
+                        "a stream joins a table with join or left_join; outer_join is for two streams or two tables",
+                    ));
+                }
+            }
+        } else if let Ok(global) = other.cast::<GlobalKTable>() {
+            let selector = Callable::new(key_selector.ok_or_else(|| {
+                PyValueError::new_err(
+                    "a join with a global table needs key_selector(key, value) -> the row's key",
+                )
+            })?)?;
+            let keyed = self
+                .inner
+                .process_values(move || GlobalKeyProcessor::new(selector.clone()), &[]);
+            let global = &global.borrow().inner;
+            let by_key = |_: &PyObj, v: &(PyObj, PyObj)| v.1.clone();
+            match kind {
+                JoinKind::Inner => keyed.join_global(global, by_key, |v, row: &PyObj| {
+                    (Some(v.0.clone()), Some(row.clone()))
+                }),
+                JoinKind::Left => {
+                    keyed.left_join_global(global, by_key, |v, row: Option<&PyObj>| {
+                        (Some(v.0.clone()), row.cloned())
+                    })
+                }
+                JoinKind::Outer => {
+                    return Err(PyValueError::new_err(
+                        "a stream joins a global table with join or left_join",
+                    ));
+                }
+            }
         } else {
-            self.inner.join_table(
-                &table,
-                |v: &PyObj, row: &PyObj| (v.clone(), Some(row.clone())),
-                joined,
-            )
+            return Err(PyTypeError::new_err(format!(
+                "a stream joins a KStream, a KTable or a GlobalKTable, not {}",
+                other.get_type().name()?
+            )));
         };
         let inner = pairs.process_values(move || JoinProcessor::new(joiner.clone()), &[]);
         Ok(self.with(inner, Some(self.key.clone()), None))
@@ -362,6 +492,7 @@ impl KStream {
                 .inner
                 .group_by_key(Grouped::with(key.clone(), value.clone())),
             key,
+            value,
             defaults: self.defaults.clone(),
         })
     }
@@ -381,29 +512,87 @@ impl KStream {
         rekeyed.group_by_key(None, value_serde)
     }
 
-    /// Inner join with `table`: each record whose key has a row becomes
-    /// `joiner(value, row)`.
-    #[pyo3(signature = (table, joiner, value_serde = None))]
+    /// Inner join. With a `KStream` (and `windows=JoinWindows(...)`): each
+    /// pair of records of a key at most the windows' difference apart
+    /// becomes `joiner(value, other_value)`. With a `KTable`: each record
+    /// whose key has a row becomes `joiner(value, row)`. With a
+    /// `GlobalKTable` (and `key_selector(key, value)`, the row's key): each
+    /// record whose selected row exists becomes `joiner(value, row)`.
+    #[pyo3(signature = (other, joiner, windows = None, key_selector = None))]
     fn join(
         &self,
-        table: &KTable,
+        other: &Bound<'_, PyAny>,
         joiner: Bound<'_, PyAny>,
-        value_serde: Option<&Bound<'_, Serde>>,
+        windows: Option<PyRef<'_, JoinWindows>>,
+        key_selector: Option<Bound<'_, PyAny>>,
     ) -> PyResult<KStream> {
-        self.join_with(table, joiner, false, value_serde)
+        self.join_any(
+            other,
+            joiner,
+            JoinKind::Inner,
+            windows.as_deref(),
+            key_selector,
+        )
     }
 
-    /// Left join with `table`: every record becomes `joiner(value, row)`,
-    /// `row` being `None` when the key has none.
-    #[pyo3(signature = (table, joiner, value_serde = None))]
+    /// Left join: as `join`, and a record without a match becomes
+    /// `joiner(value, None)` (for two streams: once its window closed).
+    #[pyo3(signature = (other, joiner, windows = None, key_selector = None))]
     fn left_join(
         &self,
-        table: &KTable,
+        other: &Bound<'_, PyAny>,
         joiner: Bound<'_, PyAny>,
-        value_serde: Option<&Bound<'_, Serde>>,
+        windows: Option<PyRef<'_, JoinWindows>>,
+        key_selector: Option<Bound<'_, PyAny>>,
     ) -> PyResult<KStream> {
-        self.join_with(table, joiner, true, value_serde)
+        self.join_any(
+            other,
+            joiner,
+            JoinKind::Left,
+            windows.as_deref(),
+            key_selector,
+        )
     }
+
+    /// Outer join of two streams: as `left_join`, and a record of `other`
+    /// without a match becomes `joiner(None, other_value)`.
+    fn outer_join(
+        &self,
+        other: &Bound<'_, PyAny>,
+        joiner: Bound<'_, PyAny>,
+        windows: PyRef<'_, JoinWindows>,
+    ) -> PyResult<KStream> {
+        self.join_any(other, joiner, JoinKind::Outer, Some(&*windows), None)
+    }
+}
+
+/// The windows of a stream-stream join: records at most
+/// `time_difference_ms` apart join; out-of-order records are accepted up
+/// to `grace_ms` after their window.
+#[pyclass(frozen, module = "weir", name = "JoinWindows")]
+pub struct JoinWindows {
+    inner: topology::JoinWindows,
+}
+
+#[pymethods]
+impl JoinWindows {
+    #[new]
+    #[pyo3(signature = (time_difference_ms, grace_ms = 0))]
+    fn new(time_difference_ms: u64, grace_ms: u64) -> Self {
+        JoinWindows {
+            inner: topology::JoinWindows::of_time_difference_and_grace(
+                Duration::from_millis(time_difference_ms),
+                Duration::from_millis(grace_ms),
+            ),
+        }
+    }
+}
+
+/// A table replicated in full to every instance (every partition of its
+/// topic), joined by a key selected from each stream record.
+#[pyclass(unsendable, module = "weir", name = "GlobalKTable")]
+pub struct GlobalKTable {
+    inner: topology::GlobalKTable<PyObj, PyObj>,
 }
 
 /// A stream grouped by key, for an aggregation.
@@ -411,7 +600,19 @@ impl KStream {
 pub struct KGroupedStream {
     inner: topology::KGroupedStream<PyObj, PyObj>,
     key: Serde,
+    value: Serde,
     defaults: Defaults,
+}
+
+impl KGroupedStream {
+    fn table(&self, inner: Table, value: Serde) -> KTable {
+        KTable {
+            inner,
+            key: self.key.clone(),
+            value,
+            defaults: self.defaults.clone(),
+        }
+    }
 }
 
 #[pymethods]
@@ -420,24 +621,121 @@ impl KGroupedStream {
     /// (named `store`, or generated).
     #[pyo3(signature = (store = None))]
     fn count(&self, store: Option<String>) -> KTable {
-        KTable {
-            inner: Table::Count(self.inner.count(materialized(store, &self.key))),
-            key: self.key.clone(),
-            value: Serde::int_serde(),
-            defaults: self.defaults.clone(),
-        }
+        let t = self.inner.count(materialized(store, &self.key));
+        self.table(Table::Count(t), Serde::int_serde())
     }
 
-    /// Windows the grouped stream (tumbling or hopping windows).
-    fn windowed_by(&self, windows: &TimeWindows) -> TimeWindowedKStream {
-        TimeWindowedKStream {
-            grouped: self.inner.clone(),
-            windows: windows.inner,
-            emit: windows.emit,
-            key: self.key.clone(),
-            defaults: self.defaults.clone(),
-        }
+    /// Combines the values per key with `reducer(aggregate, value)`; a key's
+    /// first value is its aggregate. The aggregates are stored with the
+    /// stream's value serde (or `value_serde`).
+    #[pyo3(signature = (reducer, store = None, value_serde = None))]
+    fn reduce(
+        &self,
+        reducer: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.value.clone());
+        let m = materialized(store, &self.key).with_value_serde(value.clone());
+        let t = self
+            .inner
+            .try_reduce(ops::reducer(Callable::new(reducer)?), m);
+        Ok(self.table(Table::Values(t), value))
     }
+
+    /// Folds the values per key: `aggregator(key, value, aggregate)` from
+    /// `initializer()`, stored with `value_serde` (the builder's default
+    /// value serde unless given).
+    #[pyo3(signature = (initializer, aggregator, store = None, value_serde = None))]
+    fn aggregate(
+        &self,
+        initializer: Bound<'_, PyAny>,
+        aggregator: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.defaults.value.clone());
+        let m = materialized(store, &self.key).with_value_serde(value.clone());
+        let t = self.inner.try_aggregate(
+            ops::initializer(Callable::new(initializer)?),
+            ops::aggregator(Callable::new(aggregator)?),
+            m,
+        );
+        Ok(self.table(Table::Values(t), value))
+    }
+
+    /// Windows the grouped stream: `TimeWindows` (tumbling, hopping),
+    /// `SlidingWindows` or `SessionWindows`.
+    fn windowed_by(&self, windows: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = windows.py();
+        let base = WindowedBase {
+            grouped: self.inner.clone(),
+            key: self.key.clone(),
+            value: self.value.clone(),
+            defaults: self.defaults.clone(),
+        };
+        if let Ok(w) = windows.cast::<TimeWindows>() {
+            let w = w.get();
+            let (spec, emit) = (TimeSpec::Time(w.inner), w.emit);
+            let key = Serde::windowed_serde(&self.key, Some(w.inner.size_ms()));
+            return Ok(Py::new(
+                py,
+                TimeWindowedKStream {
+                    spec,
+                    emit,
+                    key,
+                    base,
+                },
+            )?
+            .into_any());
+        }
+        if let Ok(w) = windows.cast::<SlidingWindows>() {
+            let w = w.get();
+            let (spec, emit) = (TimeSpec::Sliding(w.inner), w.emit);
+            let key = Serde::windowed_serde(&self.key, Some(w.inner.time_difference_ms()));
+            return Ok(Py::new(
+                py,
+                TimeWindowedKStream {
+                    spec,
+                    emit,
+                    key,
+                    base,
+                },
+            )?
+            .into_any());
+        }
+        if let Ok(w) = windows.cast::<SessionWindows>() {
+            let w = w.get();
+            let (windows, emit) = (w.inner, w.emit);
+            let key = Serde::windowed_serde(&self.key, None);
+            return Ok(Py::new(
+                py,
+                SessionWindowedKStream {
+                    windows,
+                    emit,
+                    key,
+                    base,
+                },
+            )?
+            .into_any());
+        }
+        Err(PyTypeError::new_err(format!(
+            "windowed_by takes TimeWindows, SlidingWindows or SessionWindows, not {}",
+            windows.get_type().name()?
+        )))
+    }
+}
+
+fn emit_strategy(emit_final: bool) -> EmitStrategy {
+    if emit_final {
+        EmitStrategy::OnWindowClose
+    } else {
+        EmitStrategy::OnEveryUpdate
+    }
+}
+
+fn window_error(e: weir::windows::WindowError) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }
 
 /// Tumbling or hopping time windows.
@@ -460,59 +758,202 @@ impl TimeWindows {
         advance_ms: Option<u64>,
         emit_final: bool,
     ) -> PyResult<Self> {
-        let invalid = |e: weir::windows::WindowError| PyValueError::new_err(e.to_string());
         let mut inner = weir::windows::TimeWindows::of_size_with_grace(
             Duration::from_millis(size_ms),
             Duration::from_millis(grace_ms),
         )
-        .map_err(invalid)?;
+        .map_err(window_error)?;
         if let Some(advance) = advance_ms {
             inner = inner
                 .advance_by(Duration::from_millis(advance))
-                .map_err(invalid)?;
+                .map_err(window_error)?;
         }
         Ok(TimeWindows {
             inner,
-            emit: if emit_final {
-                EmitStrategy::OnWindowClose
-            } else {
-                EmitStrategy::OnEveryUpdate
-            },
+            emit: emit_strategy(emit_final),
         })
     }
 }
 
-/// A grouped stream windowed by time.
+/// Sliding windows: a window of `time_difference_ms` ends at every record
+/// (Kafka Streams' `SlidingWindows`).
+#[pyclass(frozen, module = "weir", name = "SlidingWindows")]
+pub struct SlidingWindows {
+    inner: weir::windows::SlidingWindows,
+    emit: EmitStrategy,
+}
+
+#[pymethods]
+impl SlidingWindows {
+    #[new]
+    #[pyo3(signature = (time_difference_ms, grace_ms = 0, emit_final = false))]
+    fn new(time_difference_ms: u64, grace_ms: u64, emit_final: bool) -> PyResult<Self> {
+        Ok(SlidingWindows {
+            inner: weir::windows::SlidingWindows::with_time_difference_and_grace(
+                Duration::from_millis(time_difference_ms),
+                Duration::from_millis(grace_ms),
+            )
+            .map_err(window_error)?,
+            emit: emit_strategy(emit_final),
+        })
+    }
+}
+
+/// Session windows: a key's records less than `inactivity_gap_ms` apart
+/// form one session.
+#[pyclass(frozen, module = "weir", name = "SessionWindows")]
+pub struct SessionWindows {
+    inner: weir::windows::SessionWindows,
+    emit: EmitStrategy,
+}
+
+#[pymethods]
+impl SessionWindows {
+    #[new]
+    #[pyo3(signature = (inactivity_gap_ms, grace_ms = 0, emit_final = false))]
+    fn new(inactivity_gap_ms: u64, grace_ms: u64, emit_final: bool) -> PyResult<Self> {
+        Ok(SessionWindows {
+            inner: weir::windows::SessionWindows::with_inactivity_gap_and_grace(
+                Duration::from_millis(inactivity_gap_ms),
+                Duration::from_millis(grace_ms),
+            )
+            .map_err(window_error)?,
+            emit: emit_strategy(emit_final),
+        })
+    }
+}
+
+/// What a windowed stream keeps of its grouped stream.
+struct WindowedBase {
+    grouped: topology::KGroupedStream<PyObj, PyObj>,
+    key: Serde,
+    value: Serde,
+    defaults: Defaults,
+}
+
+impl WindowedBase {
+    fn table(&self, inner: Table, key: &Serde, value: Serde) -> KTable {
+        KTable {
+            inner,
+            key: key.clone(),
+            value,
+            defaults: self.defaults.clone(),
+        }
+    }
+}
+
+/// A grouped stream windowed by time (tumbling, hopping or sliding
+/// windows). The tables' keys are `(key, start_ms, end_ms)` tuples.
 #[pyclass(unsendable, module = "weir", name = "TimeWindowedKStream")]
 pub struct TimeWindowedKStream {
-    grouped: topology::KGroupedStream<PyObj, PyObj>,
-    windows: weir::windows::TimeWindows,
+    spec: TimeSpec,
     emit: EmitStrategy,
     key: Serde,
-    defaults: Defaults,
+    base: WindowedBase,
+}
+
+#[derive(Clone, Copy)]
+enum TimeSpec {
+    Time(weir::windows::TimeWindows),
+    Sliding(weir::windows::SlidingWindows),
+}
+
+impl TimeWindowedKStream {
+    /// Weir's windowed stream, made for each aggregation (it is consumed by it).
+    fn windowed(&self) -> topology::TimeWindowedKStream<PyObj, PyObj> {
+        let g = &self.base.grouped;
+        match self.spec {
+            TimeSpec::Time(w) => g.windowed_by(w),
+            TimeSpec::Sliding(w) => g.windowed_by_sliding(w),
+        }
+        .emit(self.emit)
+    }
 }
 
 #[pymethods]
 impl TimeWindowedKStream {
-    /// Counts the records per key and window; the table's keys are
-    /// `(key, start_ms, end_ms)` tuples.
+    /// Counts the records per key and window.
     #[pyo3(signature = (store = None))]
     fn count(&self, store: Option<String>) -> KTable {
-        let windowed = self.grouped.windowed_by(self.windows).emit(self.emit);
-        let size = self.windows.size_ms();
-        KTable {
-            inner: Table::WindowedCount(windowed.count(materialized(store, &self.key))),
-            key: Serde::windowed_serde(&self.key, size),
-            value: Serde::int_serde(),
-            defaults: self.defaults.clone(),
-        }
+        let t = self.windowed().count(materialized(store, &self.base.key));
+        self.base
+            .table(Table::WindowedCount(t), &self.key, Serde::int_serde())
+    }
+
+    /// Combines the values per key and window with `reducer(aggregate,
+    /// value)`.
+    #[pyo3(signature = (reducer, store = None, value_serde = None))]
+    fn reduce(
+        &self,
+        reducer: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.value.clone());
+        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let t = self
+            .windowed()
+            .try_reduce(ops::reducer(Callable::new(reducer)?), m);
+        Ok(self.base.table(Table::Windowed(t), &self.key, value))
+    }
+
+    /// Folds the values per key and window: `aggregator(key, value,
+    /// aggregate)` from `initializer()`.
+    #[pyo3(signature = (initializer, aggregator, store = None, value_serde = None))]
+    fn aggregate(
+        &self,
+        initializer: Bound<'_, PyAny>,
+        aggregator: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.defaults.value.clone());
+        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let t = self.windowed().try_aggregate(
+            ops::initializer(Callable::new(initializer)?),
+            ops::aggregator(Callable::new(aggregator)?),
+            m,
+        );
+        Ok(self.base.table(Table::Windowed(t), &self.key, value))
+    }
+}
+
+/// A grouped stream windowed into sessions. The table's keys are `(key,
+/// start_ms, end_ms)` tuples. Sessions are counted; a Python reducer or
+/// aggregator of sessions is not offered (Weir's session aggregation has no
+/// fallible form, so an exception could not follow the processing handler).
+#[pyclass(unsendable, module = "weir", name = "SessionWindowedKStream")]
+pub struct SessionWindowedKStream {
+    windows: weir::windows::SessionWindows,
+    emit: EmitStrategy,
+    key: Serde,
+    base: WindowedBase,
+}
+
+#[pymethods]
+impl SessionWindowedKStream {
+    /// Counts the records per key and session.
+    #[pyo3(signature = (store = None))]
+    fn count(&self, store: Option<String>) -> KTable {
+        let t = self
+            .base
+            .grouped
+            .windowed_by_session(self.windows)
+            .emit(self.emit)
+            .count(materialized(store, &self.base.key));
+        self.base
+            .table(Table::WindowedCount(t), &self.key, Serde::int_serde())
     }
 }
 
 enum Table {
     Values(topology::KTable<PyObj, PyObj>),
     Count(topology::KTable<PyObj, i64>),
+    Windowed(topology::KTable<Windowed<PyObj>, PyObj>),
     WindowedCount(topology::KTable<Windowed<PyObj>, i64>),
+    /// A table-table join: the pairs, and the joiner applied to them on
+    /// `to_stream`.
+    Joined(topology::KTable<PyObj, JoinPair>, Callable),
 }
 
 /// A changelog stream: the latest value per key.
@@ -524,16 +965,67 @@ pub struct KTable {
     defaults: Defaults,
 }
 
+fn window_tuple(w: &Windowed<PyObj>) -> PyObj {
+    Python::attach(|py| {
+        let tuple = PyTuple::new(
+            py,
+            [
+                w.key.bind(py).clone(),
+                w.window.start_ms.into_pyobject(py).expect("int").into_any(),
+                w.window.end_ms.into_pyobject(py).expect("int").into_any(),
+            ],
+        )
+        .expect("tuple");
+        PyObj::from_bound(tuple.into_any())
+    })
+}
+
+fn or_none(v: Option<PyObj>) -> PyObj {
+    v.unwrap_or_else(|| Python::attach(PyObj::none))
+}
+
 impl KTable {
-    /// The table with Python values (a join reads it).
-    fn values(&self) -> topology::KTable<PyObj, PyObj> {
+    /// The table with Python values, keyed by Python keys (what a join
+    /// reads).
+    fn values(&self) -> PyResult<topology::KTable<PyObj, PyObj>> {
         match &self.inner {
-            Table::Values(t) => t.clone(),
-            Table::Count(t) => t.map_values(|n| to_py_int(Some(n))),
-            Table::WindowedCount(_) => {
-                unreachable!("windowed tables are refused before a join")
-            }
+            Table::Values(t) => Ok(t.clone()),
+            Table::Count(t) => Ok(t.map_values(|n| to_py_int(Some(n)))),
+            Table::Windowed(_) | Table::WindowedCount(_) => Err(PyValueError::new_err(
+                "a windowed table's keys are windows: join its to_stream() instead",
+            )),
+            Table::Joined(..) => Err(PyValueError::new_err(
+                "the result of a table-table join is read through to_stream(); join that \
+                 stream, or aggregate it into a table",
+            )),
         }
+    }
+
+    fn join_table(
+        &self,
+        other: &KTable,
+        joiner: Bound<'_, PyAny>,
+        kind: JoinKind,
+    ) -> PyResult<KTable> {
+        let joiner = Callable::new(joiner)?;
+        let (left, right) = (self.values()?, other.values()?);
+        let pairs = match kind {
+            JoinKind::Inner => left.join(&right, |l: &PyObj, r: &PyObj| {
+                (Some(l.clone()), Some(r.clone()))
+            }),
+            JoinKind::Left => left.left_join(&right, |l: &PyObj, r: Option<&PyObj>| {
+                (Some(l.clone()), r.cloned())
+            }),
+            JoinKind::Outer => left.outer_join(&right, |l: Option<&PyObj>, r: Option<&PyObj>| {
+                (l.cloned(), r.cloned())
+            }),
+        };
+        Ok(KTable {
+            inner: Table::Joined(pairs, joiner),
+            key: self.key.clone(),
+            value: self.defaults.value.clone(),
+            defaults: self.defaults.clone(),
+        })
     }
 }
 
@@ -542,31 +1034,42 @@ impl KTable {
     /// The stream of the table's updates (`None` values for deletions).
     fn to_stream(&self) -> KStream {
         let inner: Stream = match &self.inner {
-            Table::Values(t) => t
-                .to_stream()
-                .map_values(|v: Option<PyObj>| v.unwrap_or_else(|| Python::attach(PyObj::none))),
+            Table::Values(t) => t.to_stream().map_values(or_none),
             Table::Count(t) => t.to_stream().map_values(to_py_int),
-            Table::WindowedCount(t) => t.to_stream().map(|w: Windowed<PyObj>, n: Option<i64>| {
-                let key = Python::attach(|py| {
-                    let tuple = PyTuple::new(
-                        py,
-                        [
-                            w.key.bind(py).clone(),
-                            w.window.start_ms.into_pyobject(py).expect("int").into_any(),
-                            w.window.end_ms.into_pyobject(py).expect("int").into_any(),
-                        ],
-                    )
-                    .expect("tuple");
-                    PyObj::from_bound(tuple.into_any())
-                });
-                (key, to_py_int(n))
-            }),
+            Table::Windowed(t) => t
+                .to_stream()
+                .map(|w: Windowed<PyObj>, v: Option<PyObj>| (window_tuple(&w), or_none(v))),
+            Table::WindowedCount(t) => t
+                .to_stream()
+                .map(|w: Windowed<PyObj>, n: Option<i64>| (window_tuple(&w), to_py_int(n))),
+            Table::Joined(t, joiner) => {
+                let joiner = joiner.clone();
+                t.to_stream()
+                    .process_values(move || TableJoinProcessor::new(joiner.clone()), &[])
+            }
         };
-        KStream {
+        KStream::of(
             inner,
-            key: self.key.clone(),
-            value: self.value.clone(),
-            defaults: self.defaults.clone(),
-        }
+            Some(self.key.clone()),
+            Some(self.value.clone()),
+            &self.defaults,
+        )
+    }
+
+    /// Inner join with `other` by key: a row `joiner(value, other_value)`
+    /// for every key in both.
+    fn join(&self, other: &KTable, joiner: Bound<'_, PyAny>) -> PyResult<KTable> {
+        self.join_table(other, joiner, JoinKind::Inner)
+    }
+
+    /// Left join: a row for every key of this table, `other_value` `None`
+    /// where `other` has none.
+    fn left_join(&self, other: &KTable, joiner: Bound<'_, PyAny>) -> PyResult<KTable> {
+        self.join_table(other, joiner, JoinKind::Left)
+    }
+
+    /// Outer join: a row for every key of either table.
+    fn outer_join(&self, other: &KTable, joiner: Bound<'_, PyAny>) -> PyResult<KTable> {
+        self.join_table(other, joiner, JoinKind::Outer)
     }
 }

@@ -16,7 +16,8 @@ use pyo3::prelude::*;
 mod _weir {
     #[pymodule_export]
     use crate::dsl::{
-        KGroupedStream, KStream, KTable, StreamsBuilder, TimeWindowedKStream, TimeWindows, Topology,
+        GlobalKTable, JoinWindows, KGroupedStream, KStream, KTable, SessionWindowedKStream,
+        SessionWindows, SlidingWindows, StreamsBuilder, TimeWindowedKStream, TimeWindows, Topology,
     };
     #[pymodule_export]
     use crate::runtime::{KafkaStreams, TestInputTopic, TestOutputTopic, TopologyTestDriver};

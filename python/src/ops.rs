@@ -31,6 +31,14 @@ pub enum Op {
     /// `f(key, value) -> bool` per branch: the index of the first that holds
     /// (the number of branches if none).
     Branch,
+    /// `f(key, value) -> key` of a row in a global table.
+    KeySelector,
+    /// `f(aggregate, value) -> aggregate`.
+    Reduce,
+    /// `f() -> aggregate`.
+    Initialize,
+    /// `f(key, value, aggregate) -> aggregate`.
+    Aggregate,
 }
 
 impl Op {
@@ -46,6 +54,10 @@ impl Op {
             Op::Peek => "peek",
             Op::Join => "join",
             Op::Branch => "branch",
+            Op::KeySelector => "key selector",
+            Op::Reduce => "reducer",
+            Op::Initialize => "initializer",
+            Op::Aggregate => "aggregator",
         }
     }
 }
@@ -100,8 +112,14 @@ impl PyProcessor {
                 f().call1((k, v))?;
                 Out::Pass
             }
-            Op::Join => unreachable!("joins run through JoinProcessor"),
-            Op::Branch => unreachable!("branches run through BranchProcessor"),
+            Op::Join
+            | Op::Branch
+            | Op::KeySelector
+            | Op::Reduce
+            | Op::Initialize
+            | Op::Aggregate => {
+                unreachable!("{} runs in its own processor", self.op.name())
+            }
         })
     }
 }
@@ -151,11 +169,23 @@ impl Processor<PyObj, PyObj, PyObj, PyObj> for PyProcessor {
     }
 }
 
-/// A join's result: the stream value and the other side's (`None` for a
-/// left join's missing row), combined by the Python joiner downstream of the
-/// join node, so that an exception in the joiner is a processing error.
-pub type JoinPair = (PyObj, Option<PyObj>);
+/// A join's result: the two sides' values (`None` for a side without a
+/// match), combined by the Python joiner in a processor after the join
+/// node, so that an exception in the joiner is a processing error.
+pub type JoinPair = (Option<PyObj>, Option<PyObj>);
 
+fn join_pair(py: Python<'_>, joiner: &Callable, pair: &JoinPair) -> PyResult<PyObj> {
+    let side = |v: &Option<PyObj>| match v {
+        Some(v) => v.bind(py).clone(),
+        None => py.None().into_bound(py),
+    };
+    joiner
+        .bind(py)
+        .call1((side(&pair.0), side(&pair.1)))
+        .map(PyObj::from_bound)
+}
+
+/// Applies the joiner of a stream join.
 pub struct JoinProcessor {
     joiner: Callable,
 }
@@ -172,17 +202,8 @@ impl Processor<PyObj, JoinPair, PyObj, PyObj> for JoinProcessor {
         ctx: &ProcessorContext<'_, PyObj, PyObj>,
         record: Record<PyObj, JoinPair>,
     ) -> Result<(), ProcessorError> {
-        let (value, other) = &record.value;
         let joined = Python::attach(|py| {
-            let other = match other {
-                Some(o) => o.bind(py).clone(),
-                None => py.None().into_bound(py),
-            };
-            self.joiner
-                .bind(py)
-                .call1((value.bind(py), other))
-                .map(PyObj::from_bound)
-                .map_err(|e| describe(py, &e))
+            join_pair(py, &self.joiner, &record.value).map_err(|e| describe(py, &e))
         })
         .map_err(|reason| user_error(Op::Join, reason))?;
         ctx.forward(Record {
@@ -190,6 +211,117 @@ impl Processor<PyObj, JoinPair, PyObj, PyObj> for JoinProcessor {
             value: joined,
             timestamp: record.timestamp,
             headers: record.headers,
+        })
+    }
+}
+
+/// Applies the joiner of a table-table join to the updates of the joined
+/// table (`None`, a deletion, stays `None`).
+pub struct TableJoinProcessor {
+    joiner: Callable,
+}
+
+impl TableJoinProcessor {
+    pub fn new(joiner: Callable) -> Self {
+        TableJoinProcessor { joiner }
+    }
+}
+
+impl Processor<PyObj, Option<JoinPair>, PyObj, PyObj> for TableJoinProcessor {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, PyObj, PyObj>,
+        record: Record<PyObj, Option<JoinPair>>,
+    ) -> Result<(), ProcessorError> {
+        let joined = Python::attach(|py| match &record.value {
+            Some(pair) => join_pair(py, &self.joiner, pair).map_err(|e| describe(py, &e)),
+            None => Ok(PyObj::none(py)),
+        })
+        .map_err(|reason| user_error(Op::Join, reason))?;
+        ctx.forward(Record {
+            key: record.key,
+            value: joined,
+            timestamp: record.timestamp,
+            headers: record.headers,
+        })
+    }
+}
+
+/// Pairs each value with `key_selector(key, value)`, the key of its row
+/// in a global table: the join node then reads the pair without the GIL.
+pub struct GlobalKeyProcessor {
+    selector: Callable,
+}
+
+impl GlobalKeyProcessor {
+    pub fn new(selector: Callable) -> Self {
+        GlobalKeyProcessor { selector }
+    }
+}
+
+impl Processor<PyObj, PyObj, PyObj, (PyObj, PyObj)> for GlobalKeyProcessor {
+    fn process(
+        &mut self,
+        ctx: &ProcessorContext<'_, PyObj, (PyObj, PyObj)>,
+        record: Record<PyObj, PyObj>,
+    ) -> Result<(), ProcessorError> {
+        let global_key = Python::attach(|py| {
+            self.selector
+                .bind(py)
+                .call1((record.key.bind(py), record.value.bind(py)))
+                .map(PyObj::from_bound)
+                .map_err(|e| describe(py, &e))
+        })
+        .map_err(|reason| user_error(Op::KeySelector, reason))?;
+        ctx.forward(Record {
+            key: record.key,
+            value: (record.value, global_key),
+            timestamp: record.timestamp,
+            headers: record.headers,
+        })
+    }
+}
+
+/// One call of an aggregation step: an exception is the record's
+/// processing error.
+fn step(
+    op: Op,
+    call: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>>,
+) -> Result<PyObj, ProcessorError> {
+    Python::attach(|py| {
+        call(py)
+            .map(PyObj::from_bound)
+            .map_err(|e| describe(py, &e))
+    })
+    .map_err(|reason| user_error(op, reason))
+}
+
+/// `reducer(aggregate, value)` for `try_reduce`.
+pub fn reducer(
+    f: Callable,
+) -> impl Fn(&PyObj, PyObj) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move |aggregate, value| {
+        step(Op::Reduce, |py| {
+            f.bind(py).call1((aggregate.bind(py), value.bind(py)))
+        })
+    }
+}
+
+/// `initializer()` for `try_aggregate`.
+pub fn initializer(
+    f: Callable,
+) -> impl Fn() -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move || step(Op::Initialize, |py| f.bind(py).call0())
+}
+
+/// `aggregator(key, value, aggregate)` for `try_aggregate`.
+pub fn aggregator(
+    f: Callable,
+) -> impl Fn(&PyObj, PyObj, &PyObj) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move |key, value, aggregate| {
+        step(Op::Aggregate, |py| {
+            f.bind(py)
+                .call1((key.bind(py), value.bind(py), aggregate.bind(py)))
         })
     }
 }

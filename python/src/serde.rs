@@ -24,12 +24,13 @@ enum Kind {
         serializer: Callable,
         deserializer: Callable,
     },
-    /// Kafka Streams' `TimeWindowedSerde`: the inner key's bytes, then the
-    /// window start (8 bytes, big-endian); the key as a Python tuple
-    /// `(key, start_ms, end_ms)`.
+    /// Kafka Streams' `TimeWindowedSerde` (`size_ms`: the inner key's
+    /// bytes, then the window start, 8 bytes big-endian) or
+    /// `SessionWindowedSerde` (no size: the key, then end and start); the
+    /// key as a Python tuple `(key, start_ms, end_ms)`.
     Windowed {
         inner: Serde,
-        size_ms: i64,
+        size_ms: Option<i64>,
     },
 }
 
@@ -58,7 +59,10 @@ impl Serde {
         let json = py.import("json")?;
         let dumps = json.getattr("dumps")?;
         let compact = pyo3::types::PyDict::new(py);
+        // Byte for byte what serde_json writes (Weir's JSON serde): compact,
+        // UTF-8 rather than \u escapes.
         compact.set_item("separators", (",", ":"))?;
+        compact.set_item("ensure_ascii", false)?;
         let functools = py.import("functools")?;
         let dumps = functools
             .getattr("partial")?
@@ -76,7 +80,7 @@ impl Serde {
         Serde::of(Kind::Int64, "int")
     }
 
-    pub fn windowed_serde(inner: &Serde, size_ms: i64) -> Self {
+    pub fn windowed_serde(inner: &Serde, size_ms: Option<i64>) -> Self {
         Serde::of(
             Kind::Windowed {
                 inner: inner.clone(),
@@ -122,10 +126,13 @@ impl Serde {
                 }
                 out.extend_from_slice(bytes.cast::<PyBytes>()?.as_bytes());
             }
-            Kind::Windowed { inner, .. } => {
-                let (key, start, _end): (Bound<'_, PyAny>, i64, i64) = value.extract()?;
+            Kind::Windowed { inner, size_ms } => {
+                let (key, start, end): (Bound<'_, PyAny>, i64, i64) = value.extract()?;
                 if !inner.encode(&key, out)? {
                     return Err(PyValueError::new_err("a windowed key's key is None"));
+                }
+                if size_ms.is_none() {
+                    out.extend_from_slice(&end.to_be_bytes());
                 }
                 out.extend_from_slice(&start.to_be_bytes());
             }
@@ -160,21 +167,27 @@ impl Serde {
                 deserializer.bind(py).call1((PyBytes::new(py, data),))?
             }
             Kind::Windowed { inner, size_ms } => {
-                if data.len() < 8 {
+                let suffix = if size_ms.is_some() { 8 } else { 16 };
+                if data.len() < suffix {
                     return Err(PyValueError::new_err(format!(
-                        "windowed key: expected at least 8 bytes, got {}",
+                        "windowed key: expected at least {suffix} bytes, got {}",
                         data.len()
                     )));
                 }
-                let (key, start) = data.split_at(data.len() - 8);
-                let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+                let (key, times) = data.split_at(data.len() - suffix);
+                let word =
+                    |at: usize| i64::from_be_bytes(times[at..at + 8].try_into().expect("8 bytes"));
+                let (start, end) = match size_ms {
+                    Some(size) => (word(0), word(0).saturating_add(*size)),
+                    None => (word(8), word(0)),
+                };
                 let key = inner.decode(py, Some(key))?;
                 PyTuple::new(
                     py,
                     [
                         key,
                         start.into_pyobject(py)?.into_any(),
-                        start.saturating_add(*size_ms).into_pyobject(py)?.into_any(),
+                        end.into_pyobject(py)?.into_any(),
                     ],
                 )?
                 .into_any()
@@ -242,7 +255,14 @@ impl Serde {
     /// in Kafka Streams' `TimeWindowedSerde` format.
     #[staticmethod]
     fn windowed(inner: &Bound<'_, Serde>, size_ms: i64) -> Self {
-        Serde::windowed_serde(inner.get(), size_ms)
+        Serde::windowed_serde(inner.get(), Some(size_ms))
+    }
+
+    /// Session keys `(key, start_ms, end_ms)`, in Kafka Streams'
+    /// `SessionWindowedSerde` format.
+    #[staticmethod]
+    fn session_windowed(inner: &Bound<'_, Serde>) -> Self {
+        Serde::windowed_serde(inner.get(), None)
     }
 
     /// The bytes of `value` (`None` for a Kafka null).

@@ -104,3 +104,56 @@ def test_word_count_in_two_python_processes_is_exact_after_a_sigkill():
             for log in (log_a, log_b):
                 log.seek(0)
                 sys.stderr.write(log.read()[-4000:])
+
+
+def test_an_instance_in_this_process_serves_metrics_and_queries_over_http():
+    import json
+    import urllib.request
+
+    from weir import KafkaStreams, Serde, StreamsBuilder
+
+    broker = Broker()
+    app = Broker.unique_name("py-http")
+    source, sink = f"{app}-text", f"{app}-counts"
+    broker.create_topics([(source, 2), (sink, 2)])
+    broker.produce(source, [(None, b"a b a"), (None, b"c a")])
+
+    # Keys in JSON (the default serde): the HTTP server reads a key of a
+    # Python store as JSON text.
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, Serde.str(), Serde.str())
+        .flat_map_values(str.split)
+        .group_by(lambda _key, word: word)
+        .count(store="counts")
+        .to_stream()
+        .to(sink, value_serde=Serde.int())
+    )
+    with tempfile.TemporaryDirectory() as state_dir:
+        streams = KafkaStreams(
+            builder.build(),
+            {
+                "application_id": app,
+                "bootstrap_servers": broker.bootstrap_servers,
+                "processing_guarantee": "exactly_once_v2",
+                "commit_interval_ms": 100,
+                "state_dir": state_dir,
+                "http_bind": "127.0.0.1:0",
+            },
+        )
+        assert streams.state == "CREATED"
+        with streams:
+            assert streams.wait_for_state("RUNNING", 60) == "RUNNING"
+            deadline = time.monotonic() + 60
+            while latest_counts(broker, sink).get('"a"', [0])[-1] != 3:
+                assert time.monotonic() < deadline, "no count of 3 for 'a' within 60 s"
+                time.sleep(0.2)
+            base = f"http://{streams.http_address}"
+            metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+            assert "weir_task_processed_records_total" in metrics
+            assert "weir_task_processed_records_total" in streams.metrics()
+            with urllib.request.urlopen(f"{base}/stores/counts/keys/%22a%22", timeout=10) as response:
+                answer = json.loads(response.read())
+            assert answer["value"] == 3, answer
+        assert streams.state == "NOT_RUNNING"
+        assert streams.error is None

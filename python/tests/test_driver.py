@@ -4,7 +4,16 @@ import json
 
 import pytest
 
-from weir import Serde, StreamsBuilder, TimeWindows, TopologyTestDriver
+from weir import (
+    JoinWindows,
+    Serde,
+    SessionWindows,
+    SlidingWindows,
+    StreamsBuilder,
+    TimeWindows,
+    Topology,
+    TopologyTestDriver,
+)
 
 
 def word_count_topology():
@@ -218,3 +227,152 @@ def test_a_topology_runs_once_and_describes_itself():
     TopologyTestDriver(topology).close()
     with pytest.raises(RuntimeError, match="already runs"):
         TopologyTestDriver(topology)
+
+
+def test_reduce_and_aggregate_per_key_and_an_aggregator_exception_keeps_the_aggregate():
+    def add(key, value, total):
+        if value < 0:
+            raise ValueError("negative")
+        return total + value
+
+    builder = StreamsBuilder()
+    amounts = builder.stream("amounts", Serde.str(), Serde.int())
+    amounts.group_by_key().reduce(max).to_stream().to("max", value_serde=Serde.int())
+    amounts.group_by_key().aggregate(lambda: 0, add, value_serde=Serde.int()).to_stream().to(
+        "sum", value_serde=Serde.int()
+    )
+    with TopologyTestDriver(builder.build(), processing_handler="log_and_continue") as driver:
+        inp = driver.create_input_topic("amounts", Serde.str(), Serde.int())
+        inp.pipe_key_value_list([("a", 3), ("a", 5), ("a", -1), ("a", 4), ("b", 2)])
+        assert driver.create_output_topic("max", Serde.str(), Serde.int()).read_key_values_to_map() == {
+            "a": 5,
+            "b": 2,
+        }
+        sums = driver.create_output_topic("sum", Serde.str(), Serde.int()).read_key_values_to_list()
+    # The reducer saw -1 (its branch comes first); the aggregator failed on
+    # it and skipped the record: a's sum goes 3, 8, 12.
+    assert sums == [("a", 3), ("a", 8), ("a", 12), ("b", 2)]
+
+
+def test_hopping_sliding_and_session_windows():
+    builder = StreamsBuilder()
+    events = builder.stream("events", Serde.str(), Serde.str())
+    grouped = events.group_by_key()
+    grouped.windowed_by(TimeWindows(size_ms=10, advance_ms=5)).count().to_stream().to("hopping")
+    grouped.windowed_by(SlidingWindows(time_difference_ms=10)).aggregate(
+        lambda: "", lambda k, v, agg: agg + v, value_serde=Serde.str()
+    ).to_stream().to("sliding")
+    grouped.windowed_by(SessionWindows(inactivity_gap_ms=5)).count().to_stream().to("sessions")
+    with TopologyTestDriver(builder.build()) as driver:
+        inp = driver.create_input_topic("events", Serde.str(), Serde.str())
+        for v, ts in (("a", 1), ("b", 7), ("c", 30)):
+            inp.pipe_input("k", v, timestamp=ts)
+        hopping = driver.create_output_topic(
+            "hopping", Serde.windowed(Serde.str(), 10), Serde.int()
+        ).read_key_values_to_map()
+        sliding = driver.create_output_topic(
+            "sliding", Serde.windowed(Serde.str(), 10), Serde.str()
+        ).read_key_values_to_map()
+        sessions = driver.create_output_topic(
+            "sessions", Serde.session_windowed(Serde.str()), Serde.int()
+        ).read_key_values_to_list()
+    # Windows start at 0 or later, as in Kafka Streams.
+    assert hopping == {("k", 0, 10): 2, ("k", 5, 15): 1, ("k", 25, 35): 1, ("k", 30, 40): 1}
+    assert sliding[("k", -3, 7)] == "ab"
+    assert sliding[("k", 20, 30)] == "c"
+    # b (7) is more than the gap after a (1): two sessions, then c.
+    assert sessions == [(("k", 1, 1), 1), (("k", 7, 7), 1), (("k", 30, 30), 1)]
+
+
+def test_stream_stream_joins_within_the_windows():
+    builder = StreamsBuilder()
+    views = builder.stream("views", Serde.str(), Serde.str())
+    clicks = builder.stream("clicks", Serde.str(), Serde.str())
+    w = JoinWindows(time_difference_ms=10)
+    views.join(clicks, lambda v, c: f"{v}+{c}", windows=w).to("inner")
+    views.outer_join(clicks, lambda v, c: f"{v}+{c}", windows=w).to("outer")
+    with TopologyTestDriver(builder.build()) as driver:
+        v = driver.create_input_topic("views", Serde.str(), Serde.str())
+        c = driver.create_input_topic("clicks", Serde.str(), Serde.str())
+        v.pipe_input("u1", "v1", timestamp=100)
+        c.pipe_input("u1", "c1", timestamp=105)
+        c.pipe_input("u2", "c2", timestamp=106)
+        v.pipe_input("u3", "v3", timestamp=107)
+        c.pipe_input("u1", "c-late", timestamp=200)  # too far from v1; closes the windows
+        # The joined values are written with the default value serde, JSON.
+        inner = driver.create_output_topic("inner", Serde.str(), Serde.json()).read_key_values_to_list()
+        outer = driver.create_output_topic("outer", Serde.str(), Serde.json()).read_key_values_to_list()
+    assert inner == [("u1", "v1+c1")]
+    assert ("u1", "v1+c1") in outer
+    assert ("u2", "None+c2") in outer
+    assert ("u3", "v3+None") in outer
+
+
+def test_a_global_table_join_by_a_selected_key():
+    builder = StreamsBuilder()
+    products = builder.global_table("products", Serde.str(), Serde.str())
+    orders = builder.stream("orders", Serde.str(), Serde.json())
+    orders.join(
+        products, lambda order, name: f"{order['qty']} x {name}", key_selector=lambda k, o: o["product"]
+    ).to("lines", value_serde=Serde.str())
+    orders.left_join(
+        products, lambda order, name: name or "?", key_selector=lambda k, o: o["product"]
+    ).to("names", value_serde=Serde.str())
+    with TopologyTestDriver(builder.build()) as driver:
+        driver.create_input_topic("products", Serde.str(), Serde.str()).pipe_input("p1", "pen")
+        o = driver.create_input_topic("orders", Serde.str(), Serde.json())
+        o.pipe_input("o1", {"product": "p1", "qty": 2})
+        o.pipe_input("o2", {"product": "p9", "qty": 1})
+        assert driver.create_output_topic("lines", Serde.str(), Serde.str()).read_key_values_to_list() == [
+            ("o1", "2 x pen")
+        ]
+        assert driver.create_output_topic("names", Serde.str(), Serde.str()).read_key_values_to_list() == [
+            ("o1", "pen"),
+            ("o2", "?"),
+        ]
+
+
+def test_table_table_joins():
+    builder = StreamsBuilder()
+    left = builder.table("left", Serde.str(), Serde.str())
+    right = builder.table("right", Serde.str(), Serde.str())
+    left.join(right, lambda l, r: l + r).to_stream().to("inner")
+    left.outer_join(right, lambda l, r: f"{l}|{r}").to_stream().to("outer")
+    with TopologyTestDriver(builder.build()) as driver:
+        l = driver.create_input_topic("left", Serde.str(), Serde.str())
+        r = driver.create_input_topic("right", Serde.str(), Serde.str())
+        l.pipe_input("k", "a", timestamp=1)
+        r.pipe_input("k", "b", timestamp=2)
+        r.pipe_input("j", "x", timestamp=3)
+        l.pipe_input("k", None, timestamp=4)
+        inner = driver.create_output_topic("inner", Serde.str(), Serde.json()).read_key_values_to_list()
+        outer = driver.create_output_topic("outer", Serde.str(), Serde.json()).read_key_values_to_list()
+    assert inner == [("k", "ab"), ("k", None)]
+    assert outer == [("k", "a|None"), ("k", "a|b"), ("j", "None|x"), ("k", "None|b")]
+
+
+def test_bad_settings_are_refused_with_what_to_fix():
+    with pytest.raises(ValueError, match="is not a handler; use log_and_fail"):
+        TopologyTestDriver(word_count_topology(), processing_handler="skip")
+    with pytest.raises(TypeError, match="windowed_by takes TimeWindows"):
+        StreamsBuilder().stream("x").group_by_key().windowed_by(5)
+    with pytest.raises(ValueError, match="needs windows=JoinWindows"):
+        b = StreamsBuilder()
+        b.stream("x").join(b.stream("y"), lambda a, c: a)
+
+
+def test_a_shipped_topology_runs_from_python():
+    assert "word-count" in Topology.shipped_names()
+    topology = Topology.shipped("word-count", {"input_topic": "lines", "output_topic": "words"})
+    with TopologyTestDriver(topology) as driver:
+        driver.create_input_topic("lines", Serde.str(), Serde.str()).pipe_input(None, "to be or not to be")
+        counts = driver.create_output_topic("words", Serde.str(), Serde.int()).read_key_values_to_map()
+    assert counts == {"to": 2, "be": 2, "or": 1, "not": 1}
+    with pytest.raises(ValueError, match="no shipped topology 'nope'; there are"):
+        Topology.shipped("nope")
+    with pytest.raises(ValueError, match="has no such parameter"):
+        Topology.shipped("word-count", {"colour": "red"})
+
+
+def test_json_is_written_as_weirs_rust_json_serde_writes_it():
+    assert Serde.json().serialize({"city": "Zürich", "n": [1, 2]}) == '{"city":"Zürich","n":[1,2]}'.encode()

@@ -8,11 +8,16 @@ Build a topology with :class:`StreamsBuilder`, run it with
 
 from ._weir import (
     Broker,
+    GlobalKTable,
+    JoinWindows,
     KafkaStreams,
     KGroupedStream,
     KStream,
     KTable,
     Serde,
+    SessionWindowedKStream,
+    SessionWindows,
+    SlidingWindows,
     StreamsBuilder,
     TestInputTopic,
     TestOutputTopic,
@@ -25,11 +30,16 @@ from ._weir import (
 
 __all__ = [
     "Broker",
+    "GlobalKTable",
+    "JoinWindows",
     "KafkaStreams",
     "KGroupedStream",
     "KStream",
     "KTable",
     "Serde",
+    "SessionWindowedKStream",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamsBuilder",
     "TestInputTopic",
     "TestOutputTopic",

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::processor::node::{ProcessorNode, fn_node};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serdes::SharedSerde;
+use crate::serdes::{Serde, SharedSerde};
 
 use super::internal::Shared;
 use super::{Data, Produced, Repartitioned, TopicName, TopologyError};
@@ -87,6 +87,17 @@ impl<K: Data, V: Data> KStream<K, V> {
     pub fn named(&self, name: impl Into<String>) -> Self {
         let mut s = self.clone();
         s.name = Some(name.into());
+        s
+    }
+
+    /// The same stream with `key` and `value` as its serdes: what later
+    /// operations (a repartition, a join's stores, a sink) use where none is
+    /// given. Operations that change keys or values (`map`, `process` …)
+    /// drop the serdes they cannot know; this sets them again. Adds no node.
+    pub fn with_serdes(&self, key: impl Serde<K>, value: impl Serde<V>) -> KStream<K, V> {
+        let mut s = self.clone();
+        s.key_serde = Some(Arc::new(key));
+        s.value_serde = Some(Arc::new(value));
         s
     }
 
