@@ -74,11 +74,10 @@ impl StreamsBuilder {
     #[new]
     #[pyo3(signature = (default_key_serde = None, default_value_serde = None))]
     fn new(
-        py: Python<'_>,
         default_key_serde: Option<&Bound<'_, Serde>>,
         default_value_serde: Option<&Bound<'_, Serde>>,
     ) -> PyResult<Self> {
-        let json = Serde::json_serde(py)?;
+        let json = Serde::json_serde();
         Ok(StreamsBuilder {
             inner: topology::StreamsBuilder::new(),
             defaults: Defaults {

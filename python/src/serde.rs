@@ -16,10 +16,7 @@ enum Kind {
     Str,
     Int64,
     Int32,
-    Json {
-        dumps: Py<PyAny>,
-        loads: Py<PyAny>,
-    },
+    Json,
     Custom {
         serializer: Callable,
         deserializer: Callable,
@@ -55,25 +52,8 @@ impl Serde {
         Serde::of(Kind::Bytes, "bytes")
     }
 
-    pub fn json_serde(py: Python<'_>) -> PyResult<Self> {
-        let json = py.import("json")?;
-        let dumps = json.getattr("dumps")?;
-        let compact = pyo3::types::PyDict::new(py);
-        // Byte for byte what serde_json writes (Weir's JSON serde): compact,
-        // UTF-8 rather than \u escapes.
-        compact.set_item("separators", (",", ":"))?;
-        compact.set_item("ensure_ascii", false)?;
-        let functools = py.import("functools")?;
-        let dumps = functools
-            .getattr("partial")?
-            .call((dumps,), Some(&compact))?;
-        Ok(Serde::of(
-            Kind::Json {
-                dumps: dumps.unbind(),
-                loads: json.getattr("loads")?.unbind(),
-            },
-            "json",
-        ))
+    pub fn json_serde() -> Self {
+        Serde::of(Kind::Json, "json")
     }
 
     pub fn int_serde() -> Self {
@@ -100,7 +80,7 @@ impl Serde {
                     | (Kind::Str, Kind::Str)
                     | (Kind::Int64, Kind::Int64)
                     | (Kind::Int32, Kind::Int32)
-                    | (Kind::Json { .. }, Kind::Json { .. })
+                    | (Kind::Json, Kind::Json)
             )
     }
 
@@ -115,10 +95,7 @@ impl Serde {
             Kind::Str => out.extend_from_slice(value.cast::<PyString>()?.to_cow()?.as_bytes()),
             Kind::Int64 => out.extend_from_slice(&value.extract::<i64>()?.to_be_bytes()),
             Kind::Int32 => out.extend_from_slice(&value.extract::<i32>()?.to_be_bytes()),
-            Kind::Json { dumps, .. } => {
-                let text = dumps.bind(py).call1((value,))?;
-                out.extend_from_slice(text.cast::<PyString>()?.to_cow()?.as_bytes());
-            }
+            Kind::Json => write_json(value, out, 0)?,
             Kind::Custom { serializer, .. } => {
                 let bytes = serializer.bind(py).call1((value,))?;
                 if bytes.is_none() {
@@ -162,7 +139,7 @@ impl Serde {
             Kind::Int32 => i32::from_be_bytes(fixed(data, "int32")?)
                 .into_pyobject(py)?
                 .into_any(),
-            Kind::Json { loads, .. } => loads.bind(py).call1((PyBytes::new(py, data),))?,
+            Kind::Json => json_loads(py)?.call1((PyBytes::new(py, data),))?,
             Kind::Custom { deserializer, .. } => {
                 deserializer.bind(py).call1((PyBytes::new(py, data),))?
             }
@@ -194,6 +171,74 @@ impl Serde {
             }
         })
     }
+}
+
+/// Writes a Python object as JSON (what `json.dumps` accepts: dicts with
+/// str keys in their order, lists and tuples, str, int, float, bool, None),
+/// compact and in UTF-8 as serde_json writes it (Weir's Rust JSON serde).
+fn write_json(value: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize) -> PyResult<()> {
+    use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList};
+    let text = |out: &mut Vec<u8>, s: &str| {
+        serde_json::to_writer(out, s).expect("writing to a Vec cannot fail")
+    };
+    if depth > 512 {
+        return Err(PyValueError::new_err("json: nested more than 512 levels"));
+    }
+    if value.is_none() {
+        out.extend_from_slice(b"null");
+    } else if let Ok(s) = value.cast::<PyString>() {
+        text(out, &s.to_cow()?);
+    } else if let Ok(b) = value.cast::<PyBool>() {
+        out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+    } else if let Ok(i) = value.cast::<PyInt>() {
+        match i.extract::<i64>() {
+            Ok(n) => out.extend_from_slice(n.to_string().as_bytes()),
+            Err(_) => out.extend_from_slice(i.str()?.to_cow()?.as_bytes()),
+        }
+    } else if let Ok(f) = value.cast::<PyFloat>() {
+        let f = f.value();
+        if !f.is_finite() {
+            return Err(PyValueError::new_err(format!(
+                "json: {f} is not a JSON number"
+            )));
+        }
+        serde_json::to_writer(&mut *out, &f).expect("writing to a Vec cannot fail");
+    } else if let Ok(d) = value.cast::<PyDict>() {
+        out.push(b'{');
+        for (n, (k, v)) in d.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let key = k
+                .cast::<PyString>()
+                .map_err(|_| PyValueError::new_err("json: dict keys must be str"))?;
+            text(out, &key.to_cow()?);
+            out.push(b':');
+            write_json(&v, out, depth + 1)?;
+        }
+        out.push(b'}');
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        out.push(b'[');
+        for (n, item) in value.try_iter()?.enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            write_json(&item?, out, depth + 1)?;
+        }
+        out.push(b']');
+    } else {
+        return Err(PyValueError::new_err(format!(
+            "json: a {} is not JSON (use dict, list, tuple, str, int, float, bool or None, or a custom serde)",
+            value.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+/// `json.loads` (its C scanner), imported once.
+fn json_loads(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static LOADS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    LOADS.import(py, "json", "loads")
 }
 
 fn fixed<const N: usize>(data: &[u8], name: &str) -> PyResult<[u8; N]> {
@@ -234,8 +279,8 @@ impl Serde {
 
     /// Python objects as compact JSON text (`json.dumps` / `json.loads`).
     #[staticmethod]
-    fn json(py: Python<'_>) -> PyResult<Self> {
-        Serde::json_serde(py)
+    fn json() -> Self {
+        Serde::json_serde()
     }
 
     /// A serde from two callables: `serializer(obj) -> bytes | None` and

@@ -376,3 +376,10 @@ def test_a_shipped_topology_runs_from_python():
 
 def test_json_is_written_as_weirs_rust_json_serde_writes_it():
     assert Serde.json().serialize({"city": "Zürich", "n": [1, 2]}) == '{"city":"Zürich","n":[1,2]}'.encode()
+
+
+def test_json_keeps_a_dicts_order_and_refuses_what_is_not_json():
+    assert Serde.json().serialize({"b": 1, "a": [True, None, 1.5, (2, 3)]}) == b'{"b":1,"a":[true,null,1.5,[2,3]]}'
+    assert list(Serde.json().deserialize(b'{"b":1,"a":2}')) == ["b", "a"]
+    with pytest.raises(ValueError, match="a set is not JSON"):
+        Serde.json().serialize({1, 2})
