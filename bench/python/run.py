@@ -172,7 +172,7 @@ def run_once(args, system, guarantee, source, lines_total, words_total, truth):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
-    p.add_argument("--lines", type=int, default=int(os.environ.get("BENCH_PY_LINES", 200_000)))
+    p.add_argument("--lines", type=int, default=int(os.environ.get("BENCH_PY_LINES", 600_000)))
     p.add_argument("--words-per-line", type=int, default=5)
     p.add_argument("--vocabulary", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=int(os.environ.get("BENCH_REPEAT", 3)))

@@ -38,7 +38,7 @@ fn serde_arg(s: Option<&Bound<'_, Serde>>) -> Option<Serde> {
 }
 
 fn to_py_int(n: Option<i64>) -> PyObj {
-    Python::attach(|py| match n {
+    crate::value::attach(|py| match n {
         Some(n) => PyObj::new(n.into_pyobject(py).expect("int").into_any().unbind()),
         None => PyObj::none(py),
     })
@@ -965,7 +965,7 @@ pub struct KTable {
 }
 
 fn window_tuple(w: &Windowed<PyObj>) -> PyObj {
-    Python::attach(|py| {
+    crate::value::attach(|py| {
         let tuple = PyTuple::new(
             py,
             [
@@ -980,7 +980,7 @@ fn window_tuple(w: &Windowed<PyObj>) -> PyObj {
 }
 
 fn or_none(v: Option<PyObj>) -> PyObj {
-    v.unwrap_or_else(|| Python::attach(PyObj::none))
+    v.unwrap_or_else(|| crate::value::attach(PyObj::none))
 }
 
 impl KTable {

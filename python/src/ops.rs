@@ -138,7 +138,7 @@ impl Processor<PyObj, PyObj, PyObj, PyObj> for PyProcessor {
         ctx: &ProcessorContext<'_, PyObj, PyObj>,
         record: Record<PyObj, PyObj>,
     ) -> Result<(), ProcessorError> {
-        let out = Python::attach(|py| {
+        let out = crate::value::attach(|py| {
             self.call(py, &record.key, &record.value)
                 .map_err(|e| describe(py, &e))
         })
@@ -202,7 +202,7 @@ impl Processor<PyObj, JoinPair, PyObj, PyObj> for JoinProcessor {
         ctx: &ProcessorContext<'_, PyObj, PyObj>,
         record: Record<PyObj, JoinPair>,
     ) -> Result<(), ProcessorError> {
-        let joined = Python::attach(|py| {
+        let joined = crate::value::attach(|py| {
             join_pair(py, &self.joiner, &record.value).map_err(|e| describe(py, &e))
         })
         .map_err(|reason| user_error(Op::Join, reason))?;
@@ -233,7 +233,7 @@ impl Processor<PyObj, Option<JoinPair>, PyObj, PyObj> for TableJoinProcessor {
         ctx: &ProcessorContext<'_, PyObj, PyObj>,
         record: Record<PyObj, Option<JoinPair>>,
     ) -> Result<(), ProcessorError> {
-        let joined = Python::attach(|py| match &record.value {
+        let joined = crate::value::attach(|py| match &record.value {
             Some(pair) => join_pair(py, &self.joiner, pair).map_err(|e| describe(py, &e)),
             None => Ok(PyObj::none(py)),
         })
@@ -265,7 +265,7 @@ impl Processor<PyObj, PyObj, PyObj, (PyObj, PyObj)> for GlobalKeyProcessor {
         ctx: &ProcessorContext<'_, PyObj, (PyObj, PyObj)>,
         record: Record<PyObj, PyObj>,
     ) -> Result<(), ProcessorError> {
-        let global_key = Python::attach(|py| {
+        let global_key = crate::value::attach(|py| {
             self.selector
                 .bind(py)
                 .call1((record.key.bind(py), record.value.bind(py)))
@@ -288,7 +288,7 @@ fn step(
     op: Op,
     call: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>>,
 ) -> Result<PyObj, ProcessorError> {
-    Python::attach(|py| {
+    crate::value::attach(|py| {
         call(py)
             .map(PyObj::from_bound)
             .map_err(|e| describe(py, &e))
@@ -344,7 +344,7 @@ impl Processor<PyObj, PyObj, PyObj, (usize, PyObj)> for BranchProcessor {
         ctx: &ProcessorContext<'_, PyObj, (usize, PyObj)>,
         record: Record<PyObj, PyObj>,
     ) -> Result<(), ProcessorError> {
-        let index = Python::attach(|py| {
+        let index = crate::value::attach(|py| {
             let (k, v) = (record.key.bind(py), record.value.bind(py));
             for (i, p) in self.predicates.iter().enumerate() {
                 if p.bind(py).call1((k, v))?.is_truthy()? {
@@ -353,7 +353,7 @@ impl Processor<PyObj, PyObj, PyObj, (usize, PyObj)> for BranchProcessor {
             }
             Ok(self.predicates.len())
         })
-        .map_err(|e: PyErr| Python::attach(|py| user_error(Op::Branch, describe(py, &e))))?;
+        .map_err(|e: PyErr| crate::value::attach(|py| user_error(Op::Branch, describe(py, &e))))?;
         ctx.forward(Record {
             key: record.key,
             value: (index, record.value),

@@ -354,7 +354,7 @@ impl weir::serdes::Serde<PyObj> for Serde {
         data: &PyObj,
         out: &mut Vec<u8>,
     ) -> Result<bool, SerdeError> {
-        Python::attach(|py| {
+        crate::value::attach(|py| {
             self.encode(data.bind(py), out).map_err(|e| {
                 SerdeError::Custom(format!("{} serde: {}", self.name, describe(py, &e)))
             })
@@ -362,7 +362,7 @@ impl weir::serdes::Serde<PyObj> for Serde {
     }
 
     fn deserialize_nullable(&self, _topic: &str, data: Option<&[u8]>) -> Result<PyObj, SerdeError> {
-        Python::attach(|py| {
+        crate::value::attach(|py| {
             self.decode(py, data).map(PyObj::from_bound).map_err(|e| {
                 SerdeError::Custom(format!("{} serde: {}", self.name, describe(py, &e)))
             })

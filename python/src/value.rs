@@ -58,3 +58,29 @@ impl Callable {
         self.0.bind(py)
     }
 }
+
+/// `Python::attach` for Weir's stream threads. The first call on a thread
+/// takes one more reference to the thread's Python thread state and keeps
+/// it: on a thread Python did not start, every attach would otherwise
+/// create a thread state and destroy it again at the end (CPython's
+/// `PyGILState_Release` deletes it when its counter drops to 0), which cost
+/// more than the call it made. Later attaches only take and give back the
+/// GIL.
+pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    thread_local! {
+        static KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    Python::attach(|py| {
+        if !KEPT.get() {
+            KEPT.set(true);
+            // SAFETY: the GIL is held (inside attach), so this Ensure only
+            // raises the current thread state's counter (and returns
+            // "locked"); the matching Release never comes, so the state
+            // lives as long as the thread.
+            unsafe {
+                pyo3::ffi::PyGILState_Ensure();
+            }
+        }
+        f(py)
+    })
+}

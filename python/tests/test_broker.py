@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,11 +47,17 @@ def test_word_count_in_two_python_processes_is_exact_after_a_sigkill():
 
     rng = random.Random(7)
     words = [f"w{i}" for i in range(300)]
-    lines = [" ".join(rng.choice(words) for _ in range(6)) for _ in range(40_000)]
+    lines = [" ".join(rng.choice(words) for _ in range(6)) for _ in range(60_000)]
     truth = collections.Counter(word for line in lines for word in line.split())
 
-    half = len(lines) // 2
-    broker.produce(source, [(None, line.encode()) for line in lines[:half]])
+    # The input arrives while the instances run: batches of 1,000 lines,
+    # 50 ms apart (3 s or more in all).
+    def feed():
+        for i in range(0, len(lines), 1000):
+            broker.produce(source, [(None, line.encode()) for line in lines[i : i + 1000]])
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=feed)
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "a.log", "w+") as log_a, open(
         Path(tmp) / "b.log", "w+"
     ) as log_b:
@@ -58,19 +65,20 @@ def test_word_count_in_two_python_processes_is_exact_after_a_sigkill():
         a = start(app, source, sink, state[0], log_a)
         b = start(app, source, sink, state[1], log_b)
         try:
-            # Kill A while it is processing: once the first counts are committed.
+            feeder.start()
+            # Kill A while it is processing: once the first counts are
+            # committed, with input still arriving.
             deadline = time.monotonic() + 120
             while not broker.read_committed(sink):
                 assert time.monotonic() < deadline, "no output within 120 s"
                 assert a.poll() is None and b.poll() is None, "an instance exited"
-                time.sleep(0.2)
+                time.sleep(0.1)
             a.send_signal(signal.SIGKILL)
             a.wait()
+            assert feeder.is_alive(), "the input was all written before the kill"
             at_kill = sum(c[-1] for c in latest_counts(broker, sink).values())
-            first_half = sum(len(line.split()) for line in lines[:half])
-            assert at_kill < first_half, "the kill came after the first half was counted"
-            broker.produce(source, [(None, line.encode()) for line in lines[half:]])
             a = start(app, source, sink, state[0], log_a)
+            feeder.join()
 
             deadline = time.monotonic() + 180
             while True:
@@ -91,8 +99,10 @@ def test_word_count_in_two_python_processes_is_exact_after_a_sigkill():
             # redone, none repeated.
             for word, counts in updates.items():
                 assert counts == sorted(set(counts)), f"{word}: {counts}"
-            print(f"counted {at_kill} of {first_half} words when A was killed", file=sys.stderr)
+            print(f"counted {at_kill} of {sum(truth.values())} words when A was killed", file=sys.stderr)
         finally:
+            if feeder.is_alive():
+                feeder.join()
             for p in (a, b):
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
