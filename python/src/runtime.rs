@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use weir::config::StreamsConfig;
 use weir::driver::{DriverConfig, ProducedRecord};
 use weir::handler::ErrorHandling;
@@ -375,15 +375,36 @@ impl TestOutputTopic {
         Ok(map)
     }
 
-    /// The unread records as `(key, value, timestamp)` triples (consumed).
+    /// The unread records as `(key, value, timestamp, headers)` (consumed);
+    /// `headers` is a list of `(name, bytes or None)`, in order.
     #[allow(clippy::type_complexity)]
     fn read_records_to_list<'py>(
         &self,
         py: Python<'py>,
-    ) -> PyResult<Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>, i64)>> {
+    ) -> PyResult<
+        Vec<(
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+            i64,
+            Vec<(String, Option<Bound<'py, PyBytes>>)>,
+        )>,
+    > {
         self.read(py)?
             .iter()
-            .map(|r| self.decode(py, r).map(|(k, v)| (k, v, r.timestamp)))
+            .map(|r| {
+                let headers = r
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.key.clone(),
+                            h.value.as_deref().map(|v| PyBytes::new(py, v)),
+                        )
+                    })
+                    .collect();
+                self.decode(py, r)
+                    .map(|(k, v)| (k, v, r.timestamp, headers))
+            })
             .collect()
     }
 }

@@ -198,7 +198,12 @@ def test_log_and_continue_skips_the_failing_record_and_dead_letter_keeps_it_with
         for v in ("1", "x", "3"):
             inp.pipe_input("k", v)
         dlq = driver.create_output_topic("in-dlq", Serde.str(), Serde.str())
-        assert dlq.read_key_values_to_list() == [("k", "x")]
+        [(key, value, _ts, headers)] = dlq.read_records_to_list()
+        assert (key, value) == ("k", "x")
+        reason = dict(headers)["__streams.errors.message"].decode()
+        assert "Traceback (most recent call last)" in reason
+        assert "in parse" in reason
+        assert "ValueError: invalid literal for int()" in reason
         assert driver.create_output_topic("out", Serde.str(), Serde.int()).read_key_values_to_list() == [
             ("k", 1),
             ("k", 3),

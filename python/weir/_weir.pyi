@@ -256,7 +256,10 @@ class TestInputTopic:
 class TestOutputTopic:
     def read_key_values_to_list(self) -> list[Tuple[Any, Any]]: ...
     def read_key_values_to_map(self) -> dict[Any, Any]: ...
-    def read_records_to_list(self) -> list[Tuple[Any, Any, int]]: ...
+    def read_records_to_list(
+        self,
+    ) -> list[Tuple[Any, Any, int, list[Tuple[str, Optional[bytes]]]]]:
+        """`(key, value, timestamp, headers)` of each unread record."""
 
 class Broker:
     """The Kafka broker of the tests (`KAFKA_BOOTSTRAP_SERVERS`)."""
