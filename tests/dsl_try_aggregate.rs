@@ -1,7 +1,7 @@
 //! The fallible aggregations (`try_reduce`, `try_aggregate`) through the
 //! test driver: a failing step is a processing error of its record, and the
 //! aggregate it failed on stays as it was, in the store and in the record
-//! cache, plain and windowed.
+//! cache, plain and windowed; a session bridge that fails merges nothing.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use weir::handler::ErrorHandling;
 use weir::processor::ProcessorError;
 use weir::serdes::{I64Serde, OptionSerde, StringSerde};
 use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, Topology};
-use weir::windows::{SlidingWindows, TimeWindows, Windowed, WindowedSerde};
+use weir::windows::{SessionWindows, SlidingWindows, TimeWindows, Windowed, WindowedSerde};
 
 fn s(x: &str) -> String {
     x.to_owned()
@@ -172,4 +172,70 @@ fn a_sliding_try_aggregate_leaves_no_trace_of_the_failing_record() {
     // emit nothing) or count it; they sum 1 and 2 only.
     assert_eq!(sums.iter().max(), Some(&3), "{sums:?}");
     assert!(sums.contains(&3), "{sums:?}");
+}
+
+/// Sums per key and session (gap 10 s, grace 30 s) with `try_aggregate`;
+/// `merger` merges the sessions a record bridges.
+fn session_sums(
+    merger: fn(&String, &i64, i64) -> Result<i64, ProcessorError>,
+) -> Vec<(Windowed<String>, Option<i64>)> {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, i64>("amounts", Consumed::with(StringSerde, I64Serde))
+        .group_by_key(Grouped::new())
+        .windowed_by_session(
+            SessionWindows::with_inactivity_gap_and_grace(
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
+        .try_aggregate(
+            || Ok(0),
+            |_, v, sum: &i64| add(sum, v),
+            merger,
+            Materialized::new(),
+        )
+        .to_stream()
+        .to("sums", Produced::new());
+    let mut d = driver(builder.build().unwrap(), ErrorHandling::LogAndContinue, 0);
+    let input = TestInputTopic::new("amounts", StringSerde, I64Serde);
+    let output = TestOutputTopic::new(
+        "sums",
+        WindowedSerde::session(StringSerde),
+        OptionSerde::new(I64Serde),
+    );
+    // Two sessions, a failing record that would bridge them, then one that does.
+    for (value, ts) in [(1, 0), (2, 20_000), (-5, 10_000), (3, 10_000)] {
+        d.pipe(&input, s("k"), value, ts).unwrap();
+    }
+    d.read_key_values(&output).unwrap()
+}
+
+#[test]
+fn a_session_try_aggregate_that_fails_on_a_bridging_record_keeps_both_sessions() {
+    let out = session_sums(|_, a, b| Ok(a + b));
+    assert_eq!(
+        out,
+        vec![
+            (Windowed::new(s("k"), 0, 0), Some(1)),
+            (Windowed::new(s("k"), 20_000, 20_000), Some(2)),
+            // -5 failed: nothing was removed; 3 then merges both sessions.
+            (Windowed::new(s("k"), 0, 0), None),
+            (Windowed::new(s("k"), 20_000, 20_000), None),
+            (Windowed::new(s("k"), 0, 20_000), Some(6)),
+        ]
+    );
+}
+
+#[test]
+fn a_session_merger_that_fails_leaves_the_sessions_unmerged() {
+    let out = session_sums(|_, _, _| Err(ProcessorError::user("cannot merge")));
+    assert_eq!(
+        out,
+        vec![
+            (Windowed::new(s("k"), 0, 0), Some(1)),
+            (Windowed::new(s("k"), 20_000, 20_000), Some(2)),
+        ]
+    );
 }

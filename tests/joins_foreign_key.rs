@@ -193,3 +193,58 @@ fn subscriptions_survive_a_task_restart() {
         vec![r("o1", Some("c1:pen@Anna")), r("o2", Some("c1:cup@Anna"))]
     );
 }
+
+#[test]
+fn a_failing_extractor_or_joiner_is_a_processing_error_of_its_record() {
+    use weir::handler::ErrorHandling;
+    use weir::processor::ProcessorError;
+    let builder = StreamsBuilder::new();
+    let orders = builder.table::<String, String>("orders", Consumed::new(), Materialized::as_("o"));
+    let customers =
+        builder.table::<String, String>("customers", Consumed::new(), Materialized::as_("c"));
+    orders
+        .try_join_on_foreign_key(
+            &customers,
+            |v: &String| match v.split_once(':') {
+                Some((customer, _)) => Ok(customer.to_owned()),
+                None => Err(ProcessorError::user(format!("no customer in {v:?}"))),
+            },
+            |o: &String, c: &String| match c.as_str() {
+                "bad" => Err(ProcessorError::user("bad customer")),
+                _ => Ok(format!("{o}@{c}")),
+            },
+        )
+        .to_stream()
+        .to("out", Produced::new());
+    let config = DriverConfig::new("app").with_processing_handler(ErrorHandling::LogAndContinue);
+    let mut d = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let (orders, customers) = (topic("orders"), topic("customers"));
+    let out = TestOutputTopic::new("out", StringSerde, OptionSerde::new(StringSerde));
+    d.pipe(&customers, s("c1"), Some(s("Ann")), 1).unwrap();
+    d.pipe(&customers, s("c2"), Some(s("bad")), 2).unwrap();
+    d.pipe(&orders, s("o1"), Some(s("pen")), 3).unwrap(); // extractor fails: skipped
+    d.pipe(&orders, s("o2"), Some(s("c2:ink")), 4).unwrap(); // joiner fails: skipped
+    d.pipe(&orders, s("o3"), Some(s("c1:cap")), 5).unwrap();
+    assert_eq!(
+        d.read_key_values(&out).unwrap(),
+        vec![r("o3", Some("c1:cap@Ann"))]
+    );
+
+    let config = DriverConfig::new("app").with_processing_handler(ErrorHandling::LogAndFail);
+    let builder = StreamsBuilder::new();
+    let orders_t =
+        builder.table::<String, String>("orders", Consumed::new(), Materialized::as_("o"));
+    let customers_t =
+        builder.table::<String, String>("customers", Consumed::new(), Materialized::as_("c"));
+    orders_t
+        .try_left_join_on_foreign_key(
+            &customers_t,
+            |_: &String| Err::<String, _>(ProcessorError::user("no extractor today")),
+            |o: &String, _: Option<&String>| Ok(o.clone()),
+        )
+        .to_stream()
+        .to("out", Produced::new());
+    let mut d = TopologyTestDriver::new(builder.build().unwrap(), config).unwrap();
+    let err = d.pipe(&orders, s("o1"), Some(s("c1:pen")), 1).unwrap_err();
+    assert!(err.to_string().contains("no extractor today"), "{err}");
+}

@@ -918,9 +918,7 @@ impl TimeWindowedKStream {
 }
 
 /// A grouped stream windowed into sessions. The table's keys are `(key,
-/// start_ms, end_ms)` tuples. Sessions are counted; a Python reducer or
-/// aggregator of sessions is not offered (Weir's session aggregation has no
-/// fallible form, so an exception could not follow the processing handler).
+/// start_ms, end_ms)` tuples.
 #[pyclass(unsendable, module = "weir", name = "SessionWindowedKStream")]
 pub struct SessionWindowedKStream {
     windows: weir::windows::SessionWindows,
@@ -929,19 +927,65 @@ pub struct SessionWindowedKStream {
     base: WindowedBase,
 }
 
+impl SessionWindowedKStream {
+    /// Weir's session-windowed stream, made for each aggregation (it is
+    /// consumed by it).
+    fn windowed(&self) -> topology::SessionWindowedKStream<PyObj, PyObj> {
+        self.base
+            .grouped
+            .windowed_by_session(self.windows)
+            .emit(self.emit)
+    }
+}
+
 #[pymethods]
 impl SessionWindowedKStream {
     /// Counts the records per key and session.
     #[pyo3(signature = (store = None))]
     fn count(&self, store: Option<String>) -> KTable {
-        let t = self
-            .base
-            .grouped
-            .windowed_by_session(self.windows)
-            .emit(self.emit)
-            .count(materialized(store, &self.base.key));
+        let t = self.windowed().count(materialized(store, &self.base.key));
         self.base
             .table(Table::WindowedCount(t), &self.key, Serde::int_serde())
+    }
+
+    /// Combines the values per key and session with `reducer(aggregate,
+    /// value)`, which also combines two sessions a record bridges.
+    #[pyo3(signature = (reducer, store = None, value_serde = None))]
+    fn reduce(
+        &self,
+        reducer: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.value.clone());
+        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let t = self
+            .windowed()
+            .try_reduce(ops::reducer(Callable::new(reducer)?), m);
+        Ok(self.base.table(Table::Windowed(t), &self.key, value))
+    }
+
+    /// Folds the values per key and session: `aggregator(key, value,
+    /// aggregate)` from `initializer()`; `merger(key, a, b)` combines the
+    /// aggregates of two sessions a record bridges.
+    #[pyo3(signature = (initializer, aggregator, merger, store = None, value_serde = None))]
+    fn aggregate(
+        &self,
+        initializer: Bound<'_, PyAny>,
+        aggregator: Bound<'_, PyAny>,
+        merger: Bound<'_, PyAny>,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> PyResult<KTable> {
+        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.defaults.value.clone());
+        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let t = self.windowed().try_aggregate(
+            ops::initializer(Callable::new(initializer)?),
+            ops::aggregator(Callable::new(aggregator)?),
+            ops::merger(Callable::new(merger)?),
+            m,
+        );
+        Ok(self.base.table(Table::Windowed(t), &self.key, value))
     }
 }
 

@@ -39,6 +39,8 @@ pub enum Op {
     Initialize,
     /// `f(key, value, aggregate) -> aggregate`.
     Aggregate,
+    /// `f(key, a, b) -> aggregate` of two sessions a record bridges.
+    Merge,
 }
 
 impl Op {
@@ -58,6 +60,7 @@ impl Op {
             Op::Reduce => "reducer",
             Op::Initialize => "initializer",
             Op::Aggregate => "aggregator",
+            Op::Merge => "merger",
         }
     }
 }
@@ -117,7 +120,8 @@ impl PyProcessor {
             | Op::KeySelector
             | Op::Reduce
             | Op::Initialize
-            | Op::Aggregate => {
+            | Op::Aggregate
+            | Op::Merge => {
                 unreachable!("{} runs in its own processor", self.op.name())
             }
         })
@@ -322,6 +326,17 @@ pub fn aggregator(
         step(Op::Aggregate, |py| {
             f.bind(py)
                 .call1((key.bind(py), value.bind(py), aggregate.bind(py)))
+        })
+    }
+}
+
+/// `merger(key, a, b)` of two session aggregates for `try_aggregate`.
+pub fn merger(
+    f: Callable,
+) -> impl Fn(&PyObj, &PyObj, PyObj) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move |key, a, b| {
+        step(Op::Merge, |py| {
+            f.bind(py).call1((key.bind(py), a.bind(py), b.bind(py)))
         })
     }
 }

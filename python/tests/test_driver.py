@@ -289,6 +289,38 @@ def test_hopping_sliding_and_session_windows():
     assert sessions == [(("k", 1, 1), 1), (("k", 7, 7), 1), (("k", 30, 30), 1)]
 
 
+def test_session_reduce_and_aggregate_merge_bridged_sessions_and_a_failing_merger_changes_nothing():
+    def merge(_key, a, b):
+        if len(a) + len(b) > 2:
+            raise ValueError("session too long")
+        return a + b
+
+    builder = StreamsBuilder()
+    grouped = builder.stream("events", Serde.str(), Serde.str()).group_by_key()
+    sessions = SessionWindows(inactivity_gap_ms=5, grace_ms=100)
+    grouped.windowed_by(sessions).reduce(lambda agg, v: agg + v).to_stream().to("reduced")
+    grouped.windowed_by(sessions).aggregate(
+        lambda: "", lambda _k, v, agg: agg + v, merge, value_serde=Serde.str()
+    ).to_stream().to("aggregated")
+    with TopologyTestDriver(builder.build(), processing_handler="log_and_continue") as driver:
+        inp = driver.create_input_topic("events", Serde.str(), Serde.str())
+        # a@1 and b@10 are two sessions; c@5 bridges them; d@20 and ef@26
+        # are two more, and g@23 would bridge them (3 letters: too long).
+        for v, ts in (("a", 1), ("b", 10), ("c", 5), ("d", 20), ("ef", 26), ("g", 23)):
+            inp.pipe_input("k", v, timestamp=ts)
+        window = Serde.session_windowed(Serde.str())
+        reduced = driver.create_output_topic("reduced", window, Serde.str()).read_key_values_to_list()
+        aggregated = driver.create_output_topic(
+            "aggregated", window, Serde.str()
+        ).read_key_values_to_list()
+    # The merged session replaces the two it bridges (their tombstones first).
+    assert reduced[2:5] == [(("k", 1, 1), None), (("k", 10, 10), None), (("k", 1, 10), "abc")]
+    assert reduced[-1] == (("k", 20, 26), "defg")
+    assert aggregated[:5] == reduced[:5]
+    # The merger raised on g: d and ef stay two sessions, nothing else came.
+    assert aggregated[5:] == [(("k", 20, 20), "d"), (("k", 26, 26), "ef")]
+
+
 def test_stream_stream_joins_within_the_windows():
     builder = StreamsBuilder()
     views = builder.stream("views", Serde.str(), Serde.str())

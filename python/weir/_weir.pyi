@@ -184,7 +184,23 @@ class TimeWindowedKStream:
     ) -> KTable: ...
 
 class SessionWindowedKStream:
+    """Tables of session aggregations are keyed by `(key, start_ms, end_ms)`."""
+
     def count(self, store: Optional[str] = None) -> KTable: ...
+    def reduce(
+        self,
+        reducer: Callable[[Value, Value], Value],
+        store: Optional[str] = None,
+        value_serde: Optional[Serde] = None,
+    ) -> KTable: ...
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Key, Value, Any], Any],
+        merger: Callable[[Key, Any, Any], Any],
+        store: Optional[str] = None,
+        value_serde: Optional[Serde] = None,
+    ) -> KTable: ...
 
 class KTable:
     def to_stream(self) -> KStream: ...

@@ -398,8 +398,8 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     pub fn count(self, materialized: Materialized<K, i64>) -> KTable<Windowed<K>, i64> {
         self.aggregate_with(
             materialized,
-            |_, _, old: Option<i64>| old.unwrap_or(0) + 1,
-            |_, a, b| a + b,
+            |_, _, old: Option<i64>| Ok(old.unwrap_or(0) + 1),
+            |_, a, b| Ok(a + b),
         )
     }
 
@@ -414,11 +414,33 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let merge = reducer.clone();
         self.aggregate_with(
             materialized,
-            move |_, value, old| match old {
-                Some(agg) => reducer(agg, value),
-                None => value,
+            move |_, value, old| {
+                Ok(match old {
+                    Some(agg) => reducer(agg, value),
+                    None => value,
+                })
             },
-            move |_, a, b| merge(a, b),
+            move |_, a, b| Ok(merge(a, b)),
+        )
+    }
+
+    /// [`reduce`](Self::reduce) with a reducer that may fail:
+    /// `reducer(&aggregate, value)`, also used to merge sessions. A failure
+    /// is a processing error of the record; no session changes.
+    pub fn try_reduce(
+        self,
+        reducer: impl Fn(&V, V) -> Result<V, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<Windowed<K>, V> {
+        let reducer = Arc::new(reducer);
+        let merge = reducer.clone();
+        self.aggregate_with(
+            materialized,
+            move |_, value, old| match old {
+                Some(agg) => reducer(&agg, value),
+                None => Ok(value),
+            },
+            move |_, a, b| merge(&a, b),
         )
     }
 
@@ -434,18 +456,42 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     ) -> KTable<Windowed<K>, A> {
         self.aggregate_with(
             materialized,
-            move |key, value, old| aggregator(key, value, old.unwrap_or_else(&initializer)),
-            merger,
+            move |key, value, old| Ok(aggregator(key, value, old.unwrap_or_else(&initializer))),
+            move |key, a, b| Ok(merger(key, a, b)),
+        )
+    }
+
+    /// [`aggregate`](Self::aggregate) with an initializer, aggregator and
+    /// merger that may fail: `aggregator(key, value, &aggregate)`,
+    /// `merger(key, &a, b)`. A failure is a processing error of the record;
+    /// no session changes.
+    pub fn try_aggregate<A: Data>(
+        self,
+        initializer: impl Fn() -> Result<A, ProcessorError> + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, &A) -> Result<A, ProcessorError> + Send + Sync + 'static,
+        merger: impl Fn(&K, &A, A) -> Result<A, ProcessorError> + Send + Sync + 'static,
+        materialized: Materialized<K, A>,
+    ) -> KTable<Windowed<K>, A> {
+        self.aggregate_with(
+            materialized,
+            move |key, value, old| {
+                let current = match old {
+                    Some(a) => a,
+                    None => initializer()?,
+                };
+                aggregator(key, value, &current)
+            },
+            move |key, a, b| merger(key, &a, b),
         )
     }
 
     fn aggregate_with<A: Data>(
         self,
         materialized: Materialized<K, A>,
-        f: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
-        merger: impl Fn(&K, A, A) -> A + Send + Sync + 'static,
+        f: impl Fn(&K, V, Option<A>) -> Result<A, ProcessorError> + Send + Sync + 'static,
+        merger: impl Fn(&K, A, A) -> Result<A, ProcessorError> + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A> {
-        let f: windows::time::PlainAggregateFn<K, V, A> = Arc::new(f);
+        let f: windows::session::SessionAggregateFn<K, V, A> = Arc::new(f);
         let merger: windows::session::MergeFn<K, A> = Arc::new(merger);
         let windows = self.windows;
         let kind = Kind {

@@ -5,8 +5,10 @@
 //! `ts - gap`, starting at or before `ts + gap`); the record's session is the
 //! union of them and `[ts, ts]`. If that session ended before
 //! `stream time - gap - grace` the record is late. Otherwise the found
-//! sessions' aggregates are merged (`merger`), the record is aggregated in,
-//! every found session whose window differs from the merged one is removed
+//! sessions' aggregates are merged (`merger`) and the record is aggregated
+//! in; only when both succeeded (a user's merger or aggregator may fail: the
+//! record's processing error then leaves every session as it was) is
+//! every found session whose window differs from the merged one removed
 //! — with a tombstone `Change { new: None, old }` under the emit-on-update
 //! strategy — and the merged session is written and forwarded. Emit-final and
 //! early strategies track sessions in the trigger store instead (removed
@@ -18,18 +20,23 @@ use crate::processor::{Change, Processor, ProcessorContext, ProcessorError, Reco
 use crate::state::SessionKey;
 use crate::state::session::{changelog_key, parse_changelog_key};
 
-use super::time::{PlainAggregateFn, Spec};
+use super::time::Spec;
 use super::trigger;
 use super::{SessionWindows, Window, Windowed};
 
 /// Merges two session aggregates of a key: `(key, a, b) -> merged`.
-pub(crate) type MergeFn<K, A> = Arc<dyn Fn(&K, A, A) -> A + Send + Sync>;
+pub(crate) type MergeFn<K, A> = Arc<dyn Fn(&K, A, A) -> Result<A, ProcessorError> + Send + Sync>;
+
+/// Aggregates a record into its session: `(key, value, merged aggregate of
+/// the sessions it joins, if any) -> aggregate`.
+pub(crate) type SessionAggregateFn<K, V, A> =
+    Arc<dyn Fn(&K, V, Option<A>) -> Result<A, ProcessorError> + Send + Sync>;
 
 /// Aggregates a grouped stream over [`SessionWindows`].
 pub(crate) struct SessionWindowAggregate<K, V, A> {
     pub(crate) windows: SessionWindows,
     pub(crate) spec: Arc<Spec<K, V>>,
-    pub(crate) f: PlainAggregateFn<K, V, A>,
+    pub(crate) f: SessionAggregateFn<K, V, A>,
     pub(crate) merger: MergeFn<K, A>,
 }
 
@@ -112,17 +119,21 @@ where
                 Some(_) => spec.encode_key(&spec.store, &r.key)?,
                 None => Vec::new(),
             };
+            // Every user call first: a failure leaves the sessions as they were.
             let mut agg: Option<A> = None;
+            for (_, value) in &found {
+                agg = Some(match agg {
+                    None => value.clone(),
+                    Some(a) => (self.merger)(&r.key, a, value.clone())?,
+                });
+            }
+            let new = (self.f)(&r.key, r.value, agg)?;
             let mut old_same_window = None;
             for ((start, end), value) in found {
                 let window = Window {
                     start_ms: start,
                     end_ms: end,
                 };
-                agg = Some(match agg {
-                    None => value.clone(),
-                    Some(a) => (self.merger)(&r.key, a, value.clone()),
-                });
                 if window == merged {
                     old_same_window = Some(value);
                     continue;
@@ -140,7 +151,6 @@ where
                     ))?,
                 }
             }
-            let new = (self.f)(&r.key, r.value, agg);
             store.put(&r.key, merged.start_ms, merged.end_ms, &new)?;
             let change = match &triggers {
                 None => Some(Change {

@@ -188,10 +188,6 @@ impl<K: 'static, V: 'static> Spec<K, V> {
 
 pub(crate) use crate::processor::aggregate::AggregateFn;
 
-/// The aggregation function of session windows, which cannot fail (they
-/// offer no `try_` aggregation).
-pub(crate) type PlainAggregateFn<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
-
 /// Aggregates a grouped stream over [`TimeWindows`].
 pub(crate) struct TimeWindowAggregate<K, V, A> {
     pub(crate) windows: TimeWindows,

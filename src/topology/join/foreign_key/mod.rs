@@ -36,7 +36,7 @@ mod wire;
 
 use std::sync::Arc;
 
-use crate::processor::{Change, ProcessorNode, StoreSerdes};
+use crate::processor::{Change, ProcessorError, ProcessorNode, StoreSerdes};
 use crate::serdes::{BytesSerde, SharedSerde};
 
 use super::{PassThrough, join_name, materialized_store};
@@ -67,8 +67,11 @@ impl<K: Data, V: Data> KTable<K, V> {
         foreign_key: impl Fn(&V) -> KO + Send + Sync + 'static,
         joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
     ) -> KTable<K, VR> {
-        let join = Arc::new(move |v: &V, o: Option<&VO>| o.map(|o| joiner(v, o)));
-        self.foreign_key_join(other, Arc::new(foreign_key), join, false)
+        self.try_join_on_foreign_key(
+            other,
+            move |v| Ok(foreign_key(v)),
+            move |v, o| Ok(joiner(v, o)),
+        )
     }
 
     /// Left foreign-key join: every left row becomes `joiner(value,
@@ -79,7 +82,37 @@ impl<K: Data, V: Data> KTable<K, V> {
         foreign_key: impl Fn(&V) -> KO + Send + Sync + 'static,
         joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
     ) -> KTable<K, VR> {
-        let join = Arc::new(move |v: &V, o: Option<&VO>| Some(joiner(v, o)));
+        self.try_left_join_on_foreign_key(
+            other,
+            move |v| Ok(foreign_key(v)),
+            move |v, o| Ok(joiner(v, o)),
+        )
+    }
+
+    /// [`join_on_foreign_key`](Self::join_on_foreign_key) with a
+    /// `foreign_key` and `joiner` that may fail: a failure is a processing
+    /// error of the record being processed (a left update for the
+    /// extractor, a response to it for the joiner).
+    pub fn try_join_on_foreign_key<KO: Data, VO: Data, VR: Data>(
+        &self,
+        other: &KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Result<KO, ProcessorError> + Send + Sync + 'static,
+        joiner: impl Fn(&V, &VO) -> Result<VR, ProcessorError> + Send + Sync + 'static,
+    ) -> KTable<K, VR> {
+        let join = Arc::new(move |v: &V, o: Option<&VO>| o.map(|o| joiner(v, o)).transpose());
+        self.foreign_key_join(other, Arc::new(foreign_key), join, false)
+    }
+
+    /// [`left_join_on_foreign_key`](Self::left_join_on_foreign_key) with a
+    /// `foreign_key` and `joiner` that may fail (as
+    /// [`try_join_on_foreign_key`](Self::try_join_on_foreign_key)).
+    pub fn try_left_join_on_foreign_key<KO: Data, VO: Data, VR: Data>(
+        &self,
+        other: &KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Result<KO, ProcessorError> + Send + Sync + 'static,
+        joiner: impl Fn(&V, Option<&VO>) -> Result<VR, ProcessorError> + Send + Sync + 'static,
+    ) -> KTable<K, VR> {
+        let join = Arc::new(move |v: &V, o: Option<&VO>| joiner(v, o).map(Some));
         self.foreign_key_join(other, Arc::new(foreign_key), join, true)
     }
 

@@ -40,10 +40,11 @@ impl<K, V, KO, VO> Clone for Serdes<K, V, KO, VO> {
 }
 
 /// The left value's foreign key.
-pub(super) type ForeignKeyFn<V, KO> = Arc<dyn Fn(&V) -> KO + Send + Sync>;
+pub(super) type ForeignKeyFn<V, KO> = Arc<dyn Fn(&V) -> Result<KO, ProcessorError> + Send + Sync>;
 
 /// `(left, right row)` → the result row; `None` deletes the result.
-pub(super) type JoinFn<V, VO, VR> = Arc<dyn Fn(&V, Option<&VO>) -> Option<VR> + Send + Sync>;
+pub(super) type JoinFn<V, VO, VR> =
+    Arc<dyn Fn(&V, Option<&VO>) -> Result<Option<VR>, ProcessorError> + Send + Sync>;
 
 /// Step 1 (left task): a left-table change becomes subscriptions keyed by
 /// foreign key — an unsubscription of the old foreign key when it changed,
@@ -69,8 +70,18 @@ impl<K: Data, V: Data, KO: Data, VO: Data> Processor<K, Change<V>, KO, Vec<u8>>
             Some(v) => Some(fnv1a(&ser(s.value.as_ref(), target, v, KeyOrValue::Value)?)),
             None => None,
         };
-        let new_fk = r.value.new.as_ref().map(|v| (self.foreign_key)(v));
-        let old_fk = r.value.old.as_ref().map(|v| (self.foreign_key)(v));
+        let new_fk = r
+            .value
+            .new
+            .as_ref()
+            .map(|v| (self.foreign_key)(v))
+            .transpose()?;
+        let old_fk = r
+            .value
+            .old
+            .as_ref()
+            .map(|v| (self.foreign_key)(v))
+            .transpose()?;
         let message = |instruction: u8| {
             let mut out = vec![instruction];
             put_hash(&mut out, hash);
@@ -250,7 +261,10 @@ impl<K: Data, V: Data, KO: Data, VO: Data, VR: Data> Processor<Vec<u8>, Vec<u8>,
         } else {
             None
         };
-        let new = current.and_then(|v| (self.join)(&v, row.as_ref()));
+        let new = match current {
+            Some(v) => (self.join)(&v, row.as_ref())?,
+            None => None,
+        };
         ctx.forward(Record {
             key,
             value: Change { new, old: None },
