@@ -1,6 +1,7 @@
 //! Foreign-key table–table joins (inner, left) in the test driver: golden
 //! outputs as the left rows change, as the right rows change, and as a
-//! left row's foreign key changes (the old result is replaced, never kept);
+//! left row's foreign key changes (the old result is replaced, never kept,
+//! also when the new key has no row);
 //! stale responses dropped; the internal topics and stores they use.
 
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
@@ -77,6 +78,12 @@ fn run(left: bool) -> (TopologyTestDriver, Steps) {
     step(&mut d); // 7
     d.pipe(&orders, s("o1"), None, 9).unwrap(); // left delete
     step(&mut d); // 8
+    d.pipe(&orders, s("o2"), Some(s("c1:cap")), 10).unwrap(); // joins c1
+    step(&mut d); // 9
+    d.pipe(&orders, s("o2"), Some(s("c9:cap")), 11).unwrap(); // FK moves to a missing row
+    step(&mut d); // 10
+    d.pipe(&orders, s("o2"), None, 12).unwrap(); // left delete
+    step(&mut d); // 11
     (d, steps)
 }
 
@@ -97,6 +104,10 @@ fn inner_foreign_key_join_golden() {
         vec![r("o1", Some("c2:ink@Bob"))],
         vec![r("o1", None)],
         vec![r("o1", None)],
+        vec![r("o2", Some("c1:cap@Anna"))],
+        // The old result is retracted though the new key has no row.
+        vec![r("o2", None)],
+        vec![r("o2", None)],
     ];
     assert_eq!(steps, expected);
     // The old foreign key's subscription is gone; the left row was deleted.
@@ -117,6 +128,9 @@ fn left_foreign_key_join_golden() {
         vec![r("o1", Some("c2:ink@Bob"))],
         vec![r("o1", Some("c2:ink@?"))],
         vec![r("o1", None)],
+        vec![r("o2", Some("c1:cap@Anna"))],
+        vec![r("o2", Some("c9:cap@?"))],
+        vec![r("o2", None)],
     ];
     assert_eq!(steps, expected);
 }

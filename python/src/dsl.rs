@@ -1044,6 +1044,29 @@ impl KTable {
         }
     }
 
+    fn foreign_key_join(
+        &self,
+        other: &KTable,
+        foreign_key: Bound<'_, PyAny>,
+        joiner: Bound<'_, PyAny>,
+        left: bool,
+    ) -> PyResult<KTable> {
+        let (this, that) = (self.values()?, other.values()?);
+        let extract = ops::foreign_key(Callable::new(foreign_key)?);
+        let joiner = ops::foreign_key_joiner(Callable::new(joiner)?);
+        let joined = if left {
+            this.try_left_join_on_foreign_key(&that, extract, joiner)
+        } else {
+            this.try_join_on_foreign_key(&that, extract, move |v, o| joiner(v, Some(o)))
+        };
+        Ok(KTable {
+            inner: Table::Values(joined),
+            key: self.key.clone(),
+            value: self.defaults.value.clone(),
+            defaults: self.defaults.clone(),
+        })
+    }
+
     fn join_table(
         &self,
         other: &KTable,
@@ -1114,5 +1137,31 @@ impl KTable {
     /// Outer join: a row for every key of either table.
     fn outer_join(&self, other: &KTable, joiner: Bound<'_, PyAny>) -> PyResult<KTable> {
         self.join_table(other, joiner, JoinKind::Outer)
+    }
+
+    /// Foreign-key join: each row of this table whose `foreign_key(value)`
+    /// is a key of `other` becomes `joiner(value, other_value)`, under this
+    /// table's key. Updates on either side update the result; a row whose
+    /// foreign key changes leaves its old match. The tables need not be
+    /// co-partitioned (Weir repartitions by the foreign key and back).
+    fn join_on_foreign_key(
+        &self,
+        other: &KTable,
+        foreign_key: Bound<'_, PyAny>,
+        joiner: Bound<'_, PyAny>,
+    ) -> PyResult<KTable> {
+        self.foreign_key_join(other, foreign_key, joiner, false)
+    }
+
+    /// Left foreign-key join: every row of this table becomes
+    /// `joiner(value, other_value)`, `other_value` `None` while `other` has
+    /// no row for its foreign key.
+    fn left_join_on_foreign_key(
+        &self,
+        other: &KTable,
+        foreign_key: Bound<'_, PyAny>,
+        joiner: Bound<'_, PyAny>,
+    ) -> PyResult<KTable> {
+        self.foreign_key_join(other, foreign_key, joiner, true)
     }
 }

@@ -41,6 +41,8 @@ pub enum Op {
     Aggregate,
     /// `f(key, a, b) -> aggregate` of two sessions a record bridges.
     Merge,
+    /// `f(value) -> key` of the other table's row (a foreign-key join).
+    ForeignKey,
 }
 
 impl Op {
@@ -61,6 +63,7 @@ impl Op {
             Op::Initialize => "initializer",
             Op::Aggregate => "aggregator",
             Op::Merge => "merger",
+            Op::ForeignKey => "foreign_key",
         }
     }
 }
@@ -121,7 +124,8 @@ impl PyProcessor {
             | Op::Reduce
             | Op::Initialize
             | Op::Aggregate
-            | Op::Merge => {
+            | Op::Merge
+            | Op::ForeignKey => {
                 unreachable!("{} runs in its own processor", self.op.name())
             }
         })
@@ -337,6 +341,29 @@ pub fn merger(
     move |key, a, b| {
         step(Op::Merge, |py| {
             f.bind(py).call1((key.bind(py), a.bind(py), b.bind(py)))
+        })
+    }
+}
+
+/// `foreign_key(value)` of a foreign-key join's left row.
+pub fn foreign_key(
+    f: Callable,
+) -> impl Fn(&PyObj) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move |value| step(Op::ForeignKey, |py| f.bind(py).call1((value.bind(py),)))
+}
+
+/// `joiner(value, other_row)` of a foreign-key join (`other_row` `None` in
+/// a left join without a match).
+pub fn foreign_key_joiner(
+    f: Callable,
+) -> impl Fn(&PyObj, Option<&PyObj>) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
+    move |value, row| {
+        step(Op::Join, |py| {
+            let row = match row {
+                Some(r) => r.bind(py).clone(),
+                None => py.None().into_bound(py),
+            };
+            f.bind(py).call1((value.bind(py), row))
         })
     }
 }

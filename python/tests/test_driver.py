@@ -420,3 +420,33 @@ def test_json_keeps_a_dicts_order_and_refuses_what_is_not_json():
     assert list(Serde.json().deserialize(b'{"b":1,"a":2}')) == ["b", "a"]
     with pytest.raises(ValueError, match="a set is not JSON"):
         Serde.json().serialize({1, 2})
+
+
+def test_foreign_key_joins_follow_both_sides_and_a_failing_extractor_follows_the_handler():
+    builder = StreamsBuilder()
+    orders = builder.table("orders", Serde.str(), Serde.json())
+    customers = builder.table("customers", Serde.str(), Serde.str())
+    orders.join_on_foreign_key(
+        customers, lambda order: order["customer"], lambda order, name: f"{order['item']} for {name}"
+    ).to_stream().to("inner", value_serde=Serde.str())
+    orders.left_join_on_foreign_key(
+        customers, lambda order: order["customer"], lambda order, name: [order["item"], name]
+    ).to_stream().to("left")
+    with TopologyTestDriver(builder.build(), processing_handler="log_and_continue") as driver:
+        o = driver.create_input_topic("orders", Serde.str(), Serde.json())
+        c = driver.create_input_topic("customers", Serde.str(), Serde.str())
+        o.pipe_input("o1", {"customer": "c1", "item": "pen"})  # no customer yet
+        c.pipe_input("c1", "Ann")
+        o.pipe_input("o2", {"item": "ink"})  # KeyError in the extractor: skipped
+        o.pipe_input("o1", {"customer": "c2", "item": "pen"})  # moves to c2 (unknown)
+        c.pipe_input("c2", "Bo")
+        c.pipe_input("c1", "Anna")  # o1 no longer joins c1
+        inner = driver.create_output_topic("inner", Serde.str(), Serde.str()).read_key_values_to_list()
+        left = driver.create_output_topic("left", Serde.str(), Serde.json()).read_key_values_to_list()
+    assert inner == [("o1", "pen for Ann"), ("o1", None), ("o1", "pen for Bo")]
+    assert left == [
+        ("o1", ["pen", None]),
+        ("o1", ["pen", "Ann"]),
+        ("o1", ["pen", None]),
+        ("o1", ["pen", "Bo"]),
+    ]

@@ -209,6 +209,20 @@ class KTable:
     def outer_join(
         self, other: KTable, joiner: Callable[[Optional[Value], Optional[Any]], Any]
     ) -> KTable: ...
+    def join_on_foreign_key(
+        self,
+        other: KTable,
+        foreign_key: Callable[[Value], Any],
+        joiner: Callable[[Value, Any], Any],
+    ) -> KTable:
+        """Rows whose `foreign_key(value)` is a key of `other`, joined."""
+    def left_join_on_foreign_key(
+        self,
+        other: KTable,
+        foreign_key: Callable[[Value], Any],
+        joiner: Callable[[Value, Optional[Any]], Any],
+    ) -> KTable:
+        """Every row, joined with `other`'s row for its foreign key or `None`."""
 
 class GlobalKTable: ...
 

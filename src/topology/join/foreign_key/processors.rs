@@ -88,6 +88,9 @@ impl<K: Data, V: Data, KO: Data, VO: Data> Processor<K, Change<V>, KO, Vec<u8>>
             out.extend_from_slice(&pk);
             out
         };
+        // A moved foreign key must answer even without a row (Kafka
+        // Streams' inner join too): the result of the old one is replaced.
+        let mut moved = false;
         if let Some(old_fk) = old_fk {
             let old_bytes = ser(s.foreign_key.as_ref(), target, &old_fk, KeyOrValue::Key)?;
             let new_bytes = match &new_fk {
@@ -95,6 +98,7 @@ impl<K: Data, V: Data, KO: Data, VO: Data> Processor<K, Change<V>, KO, Vec<u8>>
                 None => None,
             };
             if new_bytes.as_deref() != Some(old_bytes.as_slice()) {
+                moved = new_fk.is_some();
                 let instruction = if new_fk.is_some() {
                     DELETE_NO_PROPAGATE
                 } else {
@@ -109,7 +113,7 @@ impl<K: Data, V: Data, KO: Data, VO: Data> Processor<K, Change<V>, KO, Vec<u8>>
             }
         }
         if let Some(new_fk) = new_fk {
-            let instruction = if self.left_join {
+            let instruction = if self.left_join || moved {
                 PROPAGATE_NULL_IF_MISSING
             } else {
                 PROPAGATE_IF_FOUND
