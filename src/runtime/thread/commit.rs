@@ -58,10 +58,13 @@ where
         let mut collector = producer.collector(scope.partitions);
         tasks.flush_caches(&mut collector)?;
     }
+    let caches_done = Instant::now();
     producer.flush()?;
+    let flush_done = Instant::now();
     let offsets = tasks.offsets_to_commit(scope.layout);
     let group = consumer.group_metadata();
     producer.commit_transaction(&offsets, group)?;
+    let transaction_done = Instant::now();
     let committed =
         tasks.commit_stores(|topic, partition| producer.changelog_offset(topic, partition))?;
     if producer.state() == super::producer::TxnState::NonTransactional
@@ -70,8 +73,13 @@ where
     {
         return Err(StreamsError::kafka("committing offsets", e));
     }
+    let us = |from: Instant, to: Instant| to.duration_since(from).as_micros() as u64;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
+        caches_us = us(started, caches_done),
+        flush_us = us(caches_done, flush_done),
+        transaction_us = us(flush_done, transaction_done),
+        stores_us = us(transaction_done, Instant::now()),
         partitions = offsets.count(),
         "committed"
     );

@@ -286,15 +286,25 @@ impl<P: TxnProducer> StreamsProducer<P> {
                 ));
             };
             let (offsets, group) = (Arc::new(offsets.clone()), Arc::new(group));
+            let started = Instant::now();
             self.retrying(
                 "sending offsets to the transaction",
                 send_timeout,
                 move |p| p.send_offsets_to_transaction(&offsets, &group, send_timeout),
             )?;
+            tracing::trace!(
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "offsets sent"
+            );
         }
+        let started = Instant::now();
         self.retrying("committing the transaction", timeout, move |p| {
             p.commit_transaction(timeout)
         })?;
+        tracing::trace!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "transaction committed"
+        );
         self.state = TxnState::Ready;
         Ok(())
     }
