@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use weir::topology::{self, Consumed, Grouped, Materialized, Produced};
 use weir::windows::{EmitStrategy, Windowed};
 
@@ -378,6 +378,111 @@ impl KStream {
     }
 }
 
+impl KStream {
+    /// One stream per predicate (a record goes to the first that holds),
+    /// plus, with `default`, one of the records no predicate took.
+    fn branches(&self, predicates: Vec<Callable>, default: bool) -> Vec<KStream> {
+        let n = predicates.len();
+        let tagged = self
+            .inner
+            .process_values(move || BranchProcessor::new(predicates.clone()), &[]);
+        let outputs = if default { n + 1 } else { n };
+        (0..outputs)
+            .map(|i| {
+                let inner = tagged
+                    .filter(move |_, (tag, _)| *tag == i)
+                    .map_values(|(_, value)| value);
+                self.with(inner, Some(self.key.clone()), Some(self.value.clone()))
+            })
+            .collect()
+    }
+}
+
+/// The branches of a [`KStream::split`] being defined.
+#[pyclass(unsendable, module = "weir", name = "BranchedKStream")]
+pub struct BranchedKStream {
+    stream: Py<KStream>,
+    prefix: String,
+    branches: Vec<(String, Callable)>,
+    ended: bool,
+}
+
+impl BranchedKStream {
+    fn end<'py>(
+        &mut self,
+        py: Python<'py>,
+        default: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if std::mem::replace(&mut self.ended, true) {
+            return Err(PyValueError::new_err("this split() has ended already"));
+        }
+        let mut names: Vec<String> = self.branches.iter().map(|(n, _)| n.clone()).collect();
+        let with_default = default.is_some();
+        if let Some(name) = default {
+            let name = format!("{}{name}", self.prefix);
+            if names.contains(&name) {
+                return Err(PyValueError::new_err(format!(
+                    "branch name {name:?} is taken"
+                )));
+            }
+            names.push(name);
+        }
+        let predicates = self.branches.drain(..).map(|(_, p)| p).collect();
+        let streams = self.stream.borrow(py).branches(predicates, with_default);
+        let out = PyDict::new(py);
+        for (name, stream) in names.into_iter().zip(streams) {
+            out.set_item(name, Bound::new(py, stream)?)?;
+        }
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl BranchedKStream {
+    /// Adds a branch of the records for which `predicate(key, value)` holds
+    /// (and no earlier branch's did), named `prefix + name`.
+    #[pyo3(signature = (predicate, name = None))]
+    fn branch<'py>(
+        mut slf: PyRefMut<'py, Self>,
+        predicate: Bound<'py, PyAny>,
+        name: Option<String>,
+    ) -> PyResult<PyRefMut<'py, Self>> {
+        if slf.ended {
+            return Err(PyValueError::new_err("this split() has ended already"));
+        }
+        let position = slf.branches.len() + 1;
+        let name = format!(
+            "{}{}",
+            slf.prefix,
+            name.unwrap_or_else(|| position.to_string())
+        );
+        if slf.branches.iter().any(|(n, _)| *n == name) {
+            return Err(PyValueError::new_err(format!(
+                "branch name {name:?} is taken"
+            )));
+        }
+        slf.branches.push((name, Callable::new(predicate)?));
+        Ok(slf)
+    }
+
+    /// Ends the split with a branch of the records no predicate took
+    /// (`prefix + name`, name `0` unless given); returns every branch.
+    #[pyo3(signature = (name = None))]
+    fn default_branch<'py>(
+        &mut self,
+        py: Python<'py>,
+        name: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.end(py, Some(name.unwrap_or_else(|| "0".to_string())))
+    }
+
+    /// Ends the split; records no predicate took are dropped. Returns
+    /// every branch.
+    fn no_default_branch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.end(py, None)
+    }
+}
+
 #[pymethods]
 impl KStream {
     /// Keeps the records for which `predicate(key, value)` is true.
@@ -441,18 +546,22 @@ impl KStream {
                 "branch() needs at least one predicate",
             ));
         }
-        let n = predicates.len();
-        let tagged = self
-            .inner
-            .process_values(move || BranchProcessor::new(predicates.clone()), &[]);
-        Ok((0..n)
-            .map(|i| {
-                let inner = tagged
-                    .filter(move |_, (tag, _)| *tag == i)
-                    .map_values(|(_, value)| value);
-                self.with(inner, Some(self.key.clone()), Some(self.value.clone()))
-            })
-            .collect())
+        Ok(self.branches(predicates, false))
+    }
+
+    /// Kafka Streams' `split()`: add branches with `branch(predicate,
+    /// name=None)` and end with `default_branch(name=None)` or
+    /// `no_default_branch()`, which return a dict of `prefix + name` (a
+    /// branch's position from 1 when unnamed, `0` for the default) to
+    /// stream. A record goes to the first branch whose predicate holds.
+    #[pyo3(signature = (prefix = String::new()))]
+    fn split(slf: Bound<'_, Self>, prefix: String) -> BranchedKStream {
+        BranchedKStream {
+            stream: slf.unbind(),
+            prefix,
+            branches: Vec::new(),
+            ended: false,
+        }
     }
 
     /// The records of this stream and `other`, interleaved.

@@ -16,8 +16,9 @@ use pyo3::prelude::*;
 mod _weir {
     #[pymodule_export]
     use crate::dsl::{
-        GlobalKTable, JoinWindows, KGroupedStream, KStream, KTable, SessionWindowedKStream,
-        SessionWindows, SlidingWindows, StreamsBuilder, TimeWindowedKStream, TimeWindows, Topology,
+        BranchedKStream, GlobalKTable, JoinWindows, KGroupedStream, KStream, KTable,
+        SessionWindowedKStream, SessionWindows, SlidingWindows, StreamsBuilder,
+        TimeWindowedKStream, TimeWindows, Topology,
     };
     #[pymodule_export]
     use crate::runtime::{KafkaStreams, TestInputTopic, TestOutputTopic, TopologyTestDriver};

@@ -450,3 +450,36 @@ def test_foreign_key_joins_follow_both_sides_and_a_failing_extractor_follows_the
         ("o1", ["pen", None]),
         ("o1", ["pen", "Bo"]),
     ]
+
+
+def test_split_names_its_branches_and_the_default_takes_the_rest():
+    builder = StreamsBuilder()
+    numbers = builder.stream("numbers", Serde.str(), Serde.int())
+    branches = (
+        numbers.split(prefix="sign-")
+        .branch(lambda _k, v: v > 0, name="positive")
+        .branch(lambda _k, v: v < 0)
+        .default_branch()
+    )
+    assert list(branches) == ["sign-positive", "sign-2", "sign-0"]
+    for name, stream in branches.items():
+        stream.to(name)
+    ended = numbers.split()
+    assert ended.no_default_branch() == {}
+    with pytest.raises(ValueError, match="ended already"):
+        ended.no_default_branch()
+    with pytest.raises(ValueError, match="taken"):
+        numbers.split().branch(lambda _k, _v: True, name="a").branch(lambda _k, _v: True, name="a")
+    with TopologyTestDriver(builder.build()) as driver:
+        inp = driver.create_input_topic("numbers", Serde.str(), Serde.int())
+        for k, v in (("a", 3), ("b", -1), ("c", 0), ("d", 5)):
+            inp.pipe_input(k, v)
+        out = {
+            name: driver.create_output_topic(name, Serde.str(), Serde.int()).read_key_values_to_list()
+            for name in branches
+        }
+    assert out == {
+        "sign-positive": [("a", 3), ("d", 5)],
+        "sign-2": [("b", -1)],
+        "sign-0": [("c", 0)],
+    }

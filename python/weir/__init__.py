@@ -7,6 +7,7 @@ Build a topology with :class:`StreamsBuilder`, run it with
 """
 
 from ._weir import (
+    BranchedKStream,
     Broker,
     GlobalKTable,
     JoinWindows,
@@ -29,6 +30,7 @@ from ._weir import (
 )
 
 __all__ = [
+    "BranchedKStream",
     "Broker",
     "GlobalKTable",
     "JoinWindows",

@@ -93,6 +93,9 @@ class KStream:
     def branch(self, *predicates: Callable[[Key, Value], bool]) -> list[KStream]:
         """One stream per predicate; a record goes to the first that holds,
         and is dropped when none does."""
+    def split(self, prefix: str = "") -> BranchedKStream:
+        """Kafka Streams' `split()`: named branches, ended by
+        `default_branch()` or `no_default_branch()` (a dict of streams)."""
     def merge(self, other: KStream) -> KStream: ...
     def to(
         self, topic: str, key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None
@@ -201,6 +204,13 @@ class SessionWindowedKStream:
         store: Optional[str] = None,
         value_serde: Optional[Serde] = None,
     ) -> KTable: ...
+
+class BranchedKStream:
+    def branch(
+        self, predicate: Callable[[Key, Value], bool], name: Optional[str] = None
+    ) -> BranchedKStream: ...
+    def default_branch(self, name: Optional[str] = None) -> dict[str, KStream]: ...
+    def no_default_branch(self) -> dict[str, KStream]: ...
 
 class KTable:
     def to_stream(self) -> KStream: ...
