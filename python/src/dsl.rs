@@ -940,6 +940,37 @@ struct WindowedBase {
 }
 
 impl WindowedBase {
+    /// The value serde of a windowed reduction (`value_serde`, else the
+    /// stream's) and its store.
+    fn reduce_store(
+        &self,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> (Serde, Materialized<PyObj, PyObj>) {
+        self.store(store, value_serde, &self.value)
+    }
+
+    /// The value serde of a windowed aggregation (`value_serde`, else the
+    /// builder's default) and its store.
+    fn aggregate_store(
+        &self,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+    ) -> (Serde, Materialized<PyObj, PyObj>) {
+        self.store(store, value_serde, &self.defaults.value)
+    }
+
+    fn store(
+        &self,
+        store: Option<String>,
+        value_serde: Option<&Bound<'_, Serde>>,
+        default: &Serde,
+    ) -> (Serde, Materialized<PyObj, PyObj>) {
+        let value = serde_arg(value_serde).unwrap_or_else(|| default.clone());
+        let m = materialized(store, &self.key).with_value_serde(value.clone());
+        (value, m)
+    }
+
     fn table(&self, inner: Table, key: &Serde, value: Serde) -> KTable {
         KTable {
             inner,
@@ -997,8 +1028,7 @@ impl TimeWindowedKStream {
         store: Option<String>,
         value_serde: Option<&Bound<'_, Serde>>,
     ) -> PyResult<KTable> {
-        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.value.clone());
-        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let (value, m) = self.base.reduce_store(store, value_serde);
         let t = self
             .windowed()
             .try_reduce(ops::reducer(Callable::new(reducer)?), m);
@@ -1015,8 +1045,7 @@ impl TimeWindowedKStream {
         store: Option<String>,
         value_serde: Option<&Bound<'_, Serde>>,
     ) -> PyResult<KTable> {
-        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.defaults.value.clone());
-        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let (value, m) = self.base.aggregate_store(store, value_serde);
         let t = self.windowed().try_aggregate(
             ops::initializer(Callable::new(initializer)?),
             ops::aggregator(Callable::new(aggregator)?),
@@ -1066,8 +1095,7 @@ impl SessionWindowedKStream {
         store: Option<String>,
         value_serde: Option<&Bound<'_, Serde>>,
     ) -> PyResult<KTable> {
-        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.value.clone());
-        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let (value, m) = self.base.reduce_store(store, value_serde);
         let t = self
             .windowed()
             .try_reduce(ops::reducer(Callable::new(reducer)?), m);
@@ -1086,8 +1114,7 @@ impl SessionWindowedKStream {
         store: Option<String>,
         value_serde: Option<&Bound<'_, Serde>>,
     ) -> PyResult<KTable> {
-        let value = serde_arg(value_serde).unwrap_or_else(|| self.base.defaults.value.clone());
-        let m = materialized(store, &self.base.key).with_value_serde(value.clone());
+        let (value, m) = self.base.aggregate_store(store, value_serde);
         let t = self.windowed().try_aggregate(
             ops::initializer(Callable::new(initializer)?),
             ops::aggregator(Callable::new(aggregator)?),
