@@ -376,9 +376,7 @@ impl KStream {
         let inner = pairs.process_values(move || JoinProcessor::new(joiner.clone()), &[]);
         Ok(self.with(inner, Some(self.key.clone()), None))
     }
-}
 
-impl KStream {
     /// One stream per predicate (a record goes to the first that holds),
     /// plus, with `default`, one of the records no predicate took.
     fn branches(&self, predicates: Vec<Callable>, default: bool) -> Vec<KStream> {

@@ -182,14 +182,18 @@ impl Processor<PyObj, PyObj, PyObj, PyObj> for PyProcessor {
 /// node, so that an exception in the joiner is a processing error.
 pub type JoinPair = (Option<PyObj>, Option<PyObj>);
 
-fn join_pair(py: Python<'_>, joiner: &Callable, pair: &JoinPair) -> PyResult<PyObj> {
-    let side = |v: &Option<PyObj>| match v {
+/// A join side's value for the joiner: `None` where the side has none.
+fn side<'py>(py: Python<'py>, value: Option<&PyObj>) -> Bound<'py, PyAny> {
+    match value {
         Some(v) => v.bind(py).clone(),
         None => py.None().into_bound(py),
-    };
+    }
+}
+
+fn join_pair(py: Python<'_>, joiner: &Callable, pair: &JoinPair) -> PyResult<PyObj> {
     joiner
         .bind(py)
-        .call1((side(&pair.0), side(&pair.1)))
+        .call1((side(py, pair.0.as_ref()), side(py, pair.1.as_ref())))
         .map(PyObj::from_bound)
 }
 
@@ -359,11 +363,7 @@ pub fn foreign_key_joiner(
 ) -> impl Fn(&PyObj, Option<&PyObj>) -> Result<PyObj, ProcessorError> + Send + Sync + 'static {
     move |value, row| {
         step(Op::Join, |py| {
-            let row = match row {
-                Some(r) => r.bind(py).clone(),
-                None => py.None().into_bound(py),
-            };
-            f.bind(py).call1((value.bind(py), row))
+            f.bind(py).call1((value.bind(py), side(py, row)))
         })
     }
 }

@@ -70,18 +70,9 @@ impl<K: Data, V: Data, KO: Data, VO: Data> Processor<K, Change<V>, KO, Vec<u8>>
             Some(v) => Some(fnv1a(&ser(s.value.as_ref(), target, v, KeyOrValue::Value)?)),
             None => None,
         };
-        let new_fk = r
-            .value
-            .new
-            .as_ref()
-            .map(|v| (self.foreign_key)(v))
-            .transpose()?;
-        let old_fk = r
-            .value
-            .old
-            .as_ref()
-            .map(|v| (self.foreign_key)(v))
-            .transpose()?;
+        let foreign_key = |v: &Option<V>| v.as_ref().map(|v| (self.foreign_key)(v)).transpose();
+        let new_fk = foreign_key(&r.value.new)?;
+        let old_fk = foreign_key(&r.value.old)?;
         let message = |instruction: u8| {
             let mut out = vec![instruction];
             put_hash(&mut out, hash);
