@@ -193,7 +193,12 @@ fn restore_config(config: &StreamsConfig) -> ClientConfig {
     c.set("group.id", format!("{}-restore", config.application_id))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed");
+        .set("isolation.level", "read_committed")
+        // Once the records fetched ahead reach librdkafka's bounds
+        // (`queued.min.messages`), its default postpones the next fetch by
+        // a second: a restore that drains the queue in a tenth of that
+        // would sit idle (1,000,000 records took 6.4 s instead of about 1).
+        .set("fetch.queue.backoff.ms", "20");
     c
 }
 
