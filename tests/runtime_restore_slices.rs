@@ -1,10 +1,15 @@
 //! Restores run outside the rebalance callback, in slices between
-//! processing rounds: a word-count task whose changelog holds 2,000,000
+//! processing rounds: a word-count task whose changelog holds 8,000,000
 //! records restores on an instance whose `max.poll.interval.ms` is far
 //! below the restore time. The instance stays in the group (one
 //! rebalance, no poll-interval violation), its other tasks keep committing
 //! output while the restore runs, and the final counts are exact
 //! (`exactly_once_v2`, read back with `read_committed`).
+//!
+//! All restoring tasks are read together: four tasks whose changelogs
+//! (written in transactions, so they end in transaction markers) differ in
+//! size restore at once, each store gets exactly its own partition's
+//! records, and counting goes on from the restored values.
 
 mod common;
 
@@ -14,12 +19,14 @@ use std::time::{Duration, Instant};
 
 use common::counting::{Fixture, output_counts, serial, tail, word_count_truth};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
+};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir::topologies::word_count::WORD_COUNT;
 
 /// Changelog records of the restoring task.
-const CHANGELOG_RECORDS: u64 = 2_000_000;
+const CHANGELOG_RECORDS: u64 = 8_000_000;
 /// The instance's poll interval: far below the restore.
 const MAX_POLL_INTERVAL_MS: u64 = 6_000;
 
@@ -196,4 +203,142 @@ fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
         truth.len(),
         "only sample words are output"
     );
+}
+
+/// Distinct keys counted once each in the seeded changelog.
+const SEED_KEYS: u64 = 60_000;
+/// Counts of one key written one after the other (its last is the one a
+/// restored store must hold): makes its partition the longest to restore.
+const HOT_WRITES: u64 = 100_000;
+
+/// Writes the changelog of a word count that saw each `seed-{i}` once and
+/// `hot` [`HOT_WRITES`] times, in transactions of 10,000 records; keys land
+/// on the partition Kafka's default partitioner (and Weir's repartitioning)
+/// gives them, so each count belongs to the task that counts the word.
+fn seed_transactional_changelog(topic: &str) {
+    let producer: BaseProducer = common::base_config()
+        .set("partitioner", "murmur2_random")
+        .set("transactional.id", format!("{topic}-seeder"))
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    let records = (0..SEED_KEYS)
+        .map(|i| (format!("seed-{i}"), 1i64))
+        .chain((1..=HOT_WRITES as i64).map(|n| ("hot".to_string(), n)));
+    let mut in_transaction = 0;
+    producer.begin_transaction().unwrap();
+    for (key, count) in records {
+        let value = count.to_be_bytes();
+        let mut record = BaseRecord::<str, [u8]>::to(topic)
+            .key(&key)
+            .payload(&value[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(1));
+                }
+            }
+        }
+        in_transaction += 1;
+        if in_transaction == 10_000 {
+            producer
+                .commit_transaction(Duration::from_secs(60))
+                .unwrap();
+            producer.begin_transaction().unwrap();
+            in_transaction = 0;
+        }
+    }
+    producer
+        .commit_transaction(Duration::from_secs(60))
+        .unwrap();
+}
+
+#[test]
+fn every_restoring_task_reads_its_own_changelog_at_once() {
+    let _serial = serial();
+    let f = Fixture::new("restore-together", &WORD_COUNT);
+    let changelog = format!("{}-counts-changelog", f.app_id);
+    common::broker().create_topics(&[(&changelog, 4)]);
+    seed_transactional_changelog(&changelog);
+    let seeded = common::read_to_end(&changelog);
+    let sizes: Vec<i64> = (0..4)
+        .map(|p| seeded.iter().filter(|r| r.partition == p).count() as i64)
+        .collect();
+    println!("seeded changelog partitions: {sizes:?}");
+    assert_eq!(
+        sizes.iter().sum::<i64>() as u64,
+        SEED_KEYS + HOT_WRITES,
+        "the seeded changelog holds every record"
+    );
+
+    let mut app = f.start(0, "exactly_once_v2");
+    // Every third seeded word once more, and `hot` once more.
+    let words: Vec<String> = (0..SEED_KEYS)
+        .step_by(3)
+        .map(|i| format!("seed-{i}"))
+        .chain(["hot".to_string()])
+        .collect();
+    let lines: Vec<(Option<Vec<u8>>, Vec<u8>)> = words
+        .chunks(100)
+        .map(|chunk| (None, chunk.join(" ").into_bytes()))
+        .collect();
+    common::produce_batch(&f.input, &lines);
+    let expected: std::collections::BTreeMap<String, i64> = words
+        .iter()
+        .map(|w| {
+            let count = if w == "hot" { HOT_WRITES as i64 + 1 } else { 2 };
+            (w.clone(), count)
+        })
+        .collect();
+    let counts = common::counting::wait_for_output(
+        &f.output,
+        Duration::from_secs(180),
+        &mut [&mut app],
+        |c| expected.iter().all(|(w, n)| c.get(w) == Some(n)),
+    );
+    let log = app.log_text();
+    assert_eq!(app.stop(), Some(0), "{}", tail(&log));
+    for (word, count) in &expected {
+        assert_eq!(counts.get(word), Some(count), "count of {word}");
+    }
+    assert_eq!(
+        counts.len(),
+        expected.len(),
+        "only the words written are output"
+    );
+    // Each task applied exactly the records of its partition: none twice,
+    // none of another partition.
+    let restored: Vec<(String, u64)> = log
+        .lines()
+        .filter(|l| l.contains("restored task"))
+        .map(|l| {
+            let field = |name: &str| {
+                let at = l.find(&format!("{name}=")).unwrap() + name.len() + 1;
+                l[at..].split_whitespace().next().unwrap().to_string()
+            };
+            (field("task"), field("restored").parse().unwrap())
+        })
+        .collect();
+    println!("restored: {restored:?}");
+    for (p, size) in sizes.iter().enumerate() {
+        let task = format!("1_{p}");
+        let applied: Vec<u64> = restored
+            .iter()
+            .filter(|(t, _)| *t == task)
+            .map(|(_, n)| *n)
+            .collect();
+        if *size == 0 {
+            assert!(applied.is_empty(), "task {task} had nothing to restore");
+        } else {
+            assert_eq!(
+                applied,
+                vec![*size as u64],
+                "task {task} restored its partition's records once"
+            );
+        }
+    }
 }

@@ -13,10 +13,14 @@
 //! The stream thread restores in slices ([`SlicedRestore`]): each call reads
 //! for at most a [`RestoreBudget`] of time and records, then returns, so the
 //! thread polls and processes its running tasks in between and a restore of
-//! any size never blocks `poll`. One store is read at a time (the restore
-//! consumer reports partition ends by partition number only); its progress
-//! lives in the store's committed offset, so a restore that is stopped (a
-//! rebalance, a crash) resumes where it was.
+//! any size never blocks `poll`. The restoring tasks are read together, one
+//! store of each at a time, through one assignment of the restore consumer
+//! that lasts across slices (librdkafka keeps fetching ahead for all of
+//! them); the assignment changes only when a store is done or a task comes
+//! or goes. Two stores with the same partition number are never read at
+//! once: the restore consumer reports a partition's end by its number only.
+//! A store's progress lives in its committed offset, so a restore that is
+//! stopped (a rebalance, a crash) resumes where it was.
 //!
 //! [`restore_stores`] reads a task's stores to the end in one call (the
 //! test driver's restarts).
@@ -25,11 +29,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::StreamsError;
-use super::changelog::{ChangelogReader, ChangelogSource, KafkaChangelog, Plan, ReadMode};
+use super::changelog::{
+    ChangelogPartition, ChangelogReader, ChangelogSource, KafkaChangelog, Plan, ReadMode,
+    RestoreTarget,
+};
 use super::end_of_partition::RestoreConsumer;
 use crate::metrics::RestoreMeter;
 use crate::processor::{TaskId, TaskInstance};
-use crate::state::StoreError;
+use crate::state::{ChangelogRecord, StoreError};
 
 /// What one restoration did, for logs and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -136,11 +143,27 @@ impl RestoreBudget {
     }
 }
 
-/// The store of one task being read now.
-struct StoreRead {
-    task: TaskId,
-    reader: ChangelogReader<KafkaChangelog>,
-    last_progress: Instant,
+/// A restore slice that failed: the error, and the task it is about when it
+/// is one task's (registering or writing one of its stores) rather than the
+/// changelog reading's as a whole.
+#[derive(Debug)]
+pub(crate) struct RestoreFailure {
+    /// The task whose store failed, if it was one task's.
+    pub(crate) task: Option<TaskId>,
+    pub(crate) error: StreamsError,
+}
+
+impl RestoreFailure {
+    fn of(task: TaskId, error: StreamsError) -> Self {
+        RestoreFailure {
+            task: Some(task),
+            error,
+        }
+    }
+
+    fn reading(error: StreamsError) -> Self {
+        RestoreFailure { task: None, error }
+    }
 }
 
 /// A task waiting for, or in, restoration: its meter (which counts it in
@@ -150,7 +173,7 @@ struct Queued {
     /// Stores (of `changelog_topics`) already current.
     stores_done: usize,
     /// Stores whose changelog size is in `stats` (a store read again after
-    /// the task was set aside is not counted twice).
+    /// it was set aside is not counted twice).
     stores_sized: usize,
     stats: RestoreStats,
     started: Instant,
@@ -158,18 +181,23 @@ struct Queued {
 
 /// Restores the tasks of one stream thread in slices; see the module docs.
 pub(crate) struct SlicedRestore {
-    consumer: Arc<RestoreConsumer>,
     queued: std::collections::HashMap<TaskId, Queued>,
-    current: Option<StoreRead>,
+    /// The store partitions being read, at most one per partition number.
+    reader: ChangelogReader<KafkaChangelog>,
+    /// The reader's partitions changed since the source was last assigned.
+    reassign: bool,
+    last_progress: Instant,
 }
 
 impl SlicedRestore {
     /// Restores through `consumer` (outside the group, `read_committed`).
     pub(crate) fn new(consumer: RestoreConsumer) -> Self {
+        let source = KafkaChangelog::new(Arc::new(consumer));
         SlicedRestore {
-            consumer: Arc::new(consumer),
             queued: Default::default(),
-            current: None,
+            reader: ChangelogReader::new(source, ReadMode::ToEnd),
+            reassign: false,
+            last_progress: Instant::now(),
         }
     }
 
@@ -185,72 +213,121 @@ impl SlicedRestore {
         self.queued.insert(id, queued);
     }
 
-    /// Restores `task` (queued) within `budget`: true once every store is
-    /// current (the task leaves the queue), false when the budget ran out
-    /// first.
+    /// Restores `tasks` (the restoring ones, in the order they take a
+    /// partition number) within `budget`: reads the next store of each
+    /// whose partition number is free, all together, and returns the tasks
+    /// whose stores are all current (they leave the queue; a task of
+    /// `tasks` that is not queued is current).
     pub(crate) fn restore(
         &mut self,
-        task: &mut TaskInstance,
+        tasks: &mut [&mut TaskInstance],
         budget: &mut RestoreBudget,
-    ) -> Result<bool, StreamsError> {
-        let id = task.id();
-        if self.current.as_ref().is_some_and(|c| c.task != id) {
-            // Another task's read was left open: its store committed what
-            // it applied, so it resumes from there later.
-            self.current = None;
-        }
+    ) -> Result<Vec<TaskId>, RestoreFailure> {
+        let mut done = Vec::new();
         loop {
-            if self.current.is_none() && !self.start_next_store(task)? {
-                if let Some(q) = self.queued.remove(&id)
-                    && q.stats.changelog_size > 0
-                {
-                    tracing::info!(
-                        task = %id,
-                        restored = q.stats.restored,
-                        changelog_records = q.stats.changelog_size,
-                        elapsed_ms = q.started.elapsed().as_millis() as u64,
-                        "restored task"
-                    );
-                }
-                return Ok(true);
+            self.admit(tasks, &mut done)?;
+            if self.reader.is_empty() || budget.spent() {
+                return Ok(done);
             }
-            let read = self.current.as_mut().expect("a store is being read");
-            if read.reader.is_done() {
-                read.reader.commit(task)?;
-                read.reader.stop()?;
-                self.current = None;
+            if self.last_progress.elapsed() >= RESTORE_STALL_TIMEOUT {
+                return Err(RestoreFailure::reading(StreamsError::Timeout {
+                    context:
+                        "restoring tasks: no changelog record arrived; is the broker reachable?"
+                            .to_string(),
+                    after: RESTORE_STALL_TIMEOUT,
+                }));
+            }
+            self.reader
+                .fetch(budget.wait())
+                .map_err(RestoreFailure::reading)?;
+            let mut target = RestoringTasks {
+                tasks: &mut *tasks,
+                applied: Vec::new(),
+                failed: None,
+            };
+            let applied = self.reader.apply(&mut target);
+            let finished = applied.and_then(|n| Ok((n, self.reader.finish_done(&mut target)?)));
+            let (applied, finished) = finished.map_err(|error| RestoreFailure {
+                task: target.failed,
+                error,
+            })?;
+            if applied > 0 {
+                self.last_progress = Instant::now();
+                budget.take(applied);
+            }
+            for (id, n) in target.applied {
+                if let Some(q) = self.queued.get_mut(&id) {
+                    q.meter.records(n);
+                    q.stats.restored += n;
+                }
+            }
+            for (id, store) in finished {
+                tracing::debug!(task = %id, store, "store restored");
                 if let Some(q) = self.queued.get_mut(&id) {
                     q.meter.finish_store();
                     q.stores_done += 1;
                 }
-                continue;
-            }
-            if budget.spent() {
-                return Ok(false);
-            }
-            if read.last_progress.elapsed() >= RESTORE_STALL_TIMEOUT {
-                return Err(StreamsError::Timeout {
-                    context: format!(
-                        "restoring task {id}: no changelog record arrived; is the broker reachable?"
-                    ),
-                    after: RESTORE_STALL_TIMEOUT,
-                });
-            }
-            read.reader.fetch(budget.wait())?;
-            let applied = read.reader.apply(task)?;
-            if applied > 0 {
-                read.last_progress = Instant::now();
-                budget.take(applied);
-                if let Some(q) = self.queued.get_mut(&id) {
-                    q.meter.records(applied);
-                    q.stats.restored += applied;
-                }
+                self.reassign = true;
             }
         }
     }
 
-    /// Registers the next store of `task` that is behind its changelog and
-    /// starts reading it; false when every store is current.
+    /// Registers the next store behind its changelog of each queued task of
+    /// `tasks` not being read whose partition number is free (the restore
+    /// consumer reports a partition's end by number only) and assigns the
+    /// source anew when that changed what is read; tasks with no store left
+    /// behind go to `done`.
+    fn admit(
+        &mut self,
+        tasks: &mut [&mut TaskInstance],
+        done: &mut Vec<TaskId>,
+    ) -> Result<(), RestoreFailure> {
+        for task in tasks.iter() {
+            let id = task.id();
+            if self.reader.reads_task(id) || done.contains(&id) {
+                continue;
+            }
+            if !self.queued.contains_key(&id) {
+                done.push(id);
+                continue;
+            }
+            if self.reader.reads_partition(id.partition) {
+                continue;
+            }
+            if self
+                .start_next_store(task)
+                .map_err(|e| RestoreFailure::of(id, e))?
+            {
+                self.reassign = true;
+                continue;
+            }
+            if let Some(q) = self.queued.remove(&id)
+                && q.stats.changelog_size > 0
+            {
+                tracing::info!(
+                    task = %id,
+                    restored = q.stats.restored,
+                    changelog_records = q.stats.changelog_size,
+                    elapsed_ms = q.started.elapsed().as_millis() as u64,
+                    "restored task"
+                );
+            }
+            done.push(id);
+        }
+        if std::mem::take(&mut self.reassign) {
+            self.last_progress = Instant::now();
+            let assigned = if self.reader.is_empty() {
+                self.reader.stop()
+            } else {
+                self.reader.start()
+            };
+            assigned.map_err(RestoreFailure::reading)?;
+        }
+        Ok(())
+    }
+
+    /// Registers the next store of `task` (queued) that is behind its
+    /// changelog with the reader; false when every store is current.
     fn start_next_store(&mut self, task: &TaskInstance) -> Result<bool, StreamsError> {
         let id = task.id();
         let Some(q) = self.queued.get_mut(&id) else {
@@ -262,10 +339,8 @@ impl SlicedRestore {
             .map(|(s, t)| (s.to_string(), t.to_string()))
             .collect();
         for (store, topic) in changelogs {
-            let source = KafkaChangelog::new(self.consumer.clone());
-            let mut reader = ChangelogReader::new(source, ReadMode::ToEnd);
             let committed = task.store_committed_offset(&store);
-            let found = reader.register(
+            let found = self.reader.register(
                 id,
                 &store,
                 (topic.as_str(), id.partition),
@@ -279,12 +354,6 @@ impl SlicedRestore {
             match found.plan {
                 Plan::ReadFrom(from) => {
                     q.meter.store_started(&store, (found.high - from) as u64);
-                    reader.start()?;
-                    self.current = Some(StoreRead {
-                        task: id,
-                        reader,
-                        last_progress: Instant::now(),
-                    });
                     return Ok(true);
                 }
                 Plan::UpToDate => q.stores_done += 1,
@@ -297,15 +366,76 @@ impl SlicedRestore {
     }
 
     /// Stops restoring task `id` (it closes): commits what its store read
-    /// applied and forgets it.
+    /// applied and forgets it; the other reads go on.
     pub(crate) fn forget(&mut self, task: &mut TaskInstance) {
         let id = task.id();
-        if let Some(mut read) = self.current.take_if(|c| c.task == id) {
-            if let Err(e) = read.reader.commit(task) {
-                tracing::warn!(task = %id, error = %e, "committing restore progress failed");
-            }
-            let _ = read.reader.stop();
-        }
         self.queued.remove(&id);
+        if !self.reader.reads_task(id) {
+            return;
+        }
+        if let Err(e) = self.reader.finish_task(task, id) {
+            tracing::warn!(task = %id, error = %e, "committing restore progress failed");
+        }
+        let assigned = if self.reader.is_empty() {
+            self.reader.stop()
+        } else {
+            self.reader.start()
+        };
+        if let Err(e) = assigned {
+            // The next slice assigns again.
+            tracing::warn!(error = %e, "reassigning the restore consumer failed");
+            self.reassign = true;
+        }
+    }
+}
+
+/// The restoring tasks as one [`RestoreTarget`]: each run of records goes
+/// to the task its partition belongs to. Remembers the task whose store
+/// failed.
+struct RestoringTasks<'a, 'b> {
+    tasks: &'a mut [&'b mut TaskInstance],
+    /// Records applied, per task.
+    applied: Vec<(TaskId, u64)>,
+    failed: Option<TaskId>,
+}
+
+impl RestoringTasks<'_, '_> {
+    fn task(&mut self, id: TaskId, store: &str) -> Result<&mut TaskInstance, StreamsError> {
+        self.failed = Some(id);
+        self.tasks
+            .iter_mut()
+            .find(|t| t.id() == id)
+            .map(|t| &mut **t)
+            .ok_or_else(|| {
+                StreamsError::Store(StoreError::InvalidState {
+                    store: store.to_string(),
+                    message: format!("task {id} was restored after it stopped restoring"),
+                })
+            })
+    }
+}
+
+impl RestoreTarget for RestoringTasks<'_, '_> {
+    fn restore_batch(
+        &mut self,
+        from: &ChangelogPartition,
+        records: &[ChangelogRecord<'_>],
+        last_offset: i64,
+    ) -> Result<(), StreamsError> {
+        self.task(from.task, &from.store)?
+            .restore_batch(&from.store, records, last_offset)?;
+        self.failed = None;
+        let n = records.len() as u64;
+        match self.applied.iter_mut().find(|(id, _)| *id == from.task) {
+            Some((_, applied)) => *applied += n,
+            None => self.applied.push((from.task, n)),
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, from: &ChangelogPartition, last_offset: i64) -> Result<(), StreamsError> {
+        RestoreTarget::commit(self.task(from.task, &from.store)?, from, last_offset)?;
+        self.failed = None;
+        Ok(())
     }
 }

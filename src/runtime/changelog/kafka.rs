@@ -22,7 +22,7 @@ use crate::runtime::end_of_partition::RestoreConsumer;
 /// librdkafka reports a partition's end by partition number only; the end
 /// of partition `p` is taken as the end of `p` of every assigned topic. A
 /// reader that relies on ends ([`super::ReadMode::ToEnd`]) therefore reads
-/// one partition at a time, as the restore does.
+/// at most one partition of each number at a time, as the restore does.
 pub(crate) struct KafkaChangelog {
     consumer: Arc<RestoreConsumer>,
     /// topic → (partition, part) of what is assigned.

@@ -371,6 +371,57 @@ impl<S: ChangelogSource> ChangelogReader<S> {
         self.partitions.retain(|p| p.task != task);
     }
 
+    /// True when no partition is registered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    /// Whether a partition of `task` is registered.
+    pub(crate) fn reads_task(&self, task: TaskId) -> bool {
+        self.partitions.iter().any(|p| p.task == task)
+    }
+
+    /// Whether a partition numbered `partition` (of any topic) is
+    /// registered.
+    pub(crate) fn reads_partition(&self, partition: i32) -> bool {
+        self.partitions.iter().any(|p| p.partition == partition)
+    }
+
+    /// Commits the stores of the partitions of a [`ReadMode::ToEnd`] reader
+    /// that reached their end and forgets those partitions; returns the
+    /// task and store of each. The source reads the rest from the next
+    /// [`start`](Self::start) on (call it before the next fetch).
+    pub(crate) fn finish_done<T: RestoreTarget + ?Sized>(
+        &mut self,
+        target: &mut T,
+    ) -> Result<Vec<(TaskId, String)>, StreamsError> {
+        if self.mode != ReadMode::ToEnd {
+            return Ok(Vec::new());
+        }
+        self.commit_where(target, |p| p.next >= p.end)?;
+        let mut finished = Vec::new();
+        self.partitions.retain_mut(|p| {
+            let done = p.next >= p.end;
+            if done {
+                finished.push((p.task, std::mem::take(&mut p.store)));
+            }
+            !done
+        });
+        Ok(finished)
+    }
+
+    /// Commits what the partitions of `task` applied and forgets them; the
+    /// source reads the rest from the next [`start`](Self::start) on.
+    pub(crate) fn finish_task<T: RestoreTarget + ?Sized>(
+        &mut self,
+        target: &mut T,
+        task: TaskId,
+    ) -> Result<(), StreamsError> {
+        let committed = self.commit_where(target, |p| p.task == task);
+        self.partitions.retain(|p| p.task != task);
+        committed
+    }
+
     /// Waits up to `wait` for records of the started partitions.
     pub(crate) fn fetch(&mut self, wait: Duration) -> Result<(), StreamsError> {
         self.source.poll(wait, &mut self.batch)
@@ -442,7 +493,17 @@ impl<S: ChangelogSource> ChangelogReader<S> {
         &mut self,
         target: &mut T,
     ) -> Result<(), StreamsError> {
-        for p in &mut self.partitions {
+        self.commit_where(target, |_| true)
+    }
+
+    /// Commits the stores of the partitions `which` selects that applied
+    /// records since their last commit.
+    fn commit_where<T: RestoreTarget + ?Sized>(
+        &mut self,
+        target: &mut T,
+        which: impl Fn(&ChangelogPartition) -> bool,
+    ) -> Result<(), StreamsError> {
+        for p in self.partitions.iter_mut().filter(|p| which(p)) {
             if let Some(last) = p.last_applied
                 && p.uncommitted > 0
             {

@@ -15,7 +15,7 @@ use crate::metrics::RestoreMeter;
 use crate::processor::{TaskId, TaskInstance};
 use crate::runtime::StreamsError;
 use crate::runtime::end_of_partition::RestoreConsumer;
-use crate::runtime::restore::{RestoreBudget, SlicedRestore};
+use crate::runtime::restore::{RestoreBudget, RestoreFailure, SlicedRestore};
 
 /// Opens active tasks for one stream thread.
 pub(crate) struct ActiveTaskCreator {
@@ -66,10 +66,10 @@ impl TaskCreator for ActiveTaskCreator {
 
     fn restore(
         &mut self,
-        task: &mut TaskInstance,
+        tasks: &mut [&mut TaskInstance],
         budget: &mut RestoreBudget,
-    ) -> Result<bool, StreamsError> {
-        self.restore.restore(task, budget)
+    ) -> Result<Vec<TaskId>, RestoreFailure> {
+        self.restore.restore(tasks, budget)
     }
 
     fn closing(&mut self, task: &mut TaskInstance) {

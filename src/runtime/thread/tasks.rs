@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::processor::{InputRecord, RecordCollector, TaskId, TaskInstance, TaskMetrics};
-use crate::runtime::restore::RestoreBudget;
+use crate::runtime::restore::{RestoreBudget, RestoreFailure};
 use crate::runtime::topics::TopicLayout;
 use crate::runtime::{Recovery, StreamsError};
 
@@ -34,12 +34,13 @@ pub(crate) trait TaskCreator {
     /// Creates task `id` from local state (or a standby copy); its stores
     /// may still be behind their changelogs.
     fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError>;
-    /// Restores `task`'s stores within `budget`; true once all are current.
+    /// Restores the stores of `tasks` (the restoring ones, first come first)
+    /// within `budget`; returns those whose stores are all current.
     fn restore(
         &mut self,
-        task: &mut TaskInstance,
+        tasks: &mut [&mut TaskInstance],
         budget: &mut RestoreBudget,
-    ) -> Result<bool, StreamsError>;
+    ) -> Result<Vec<TaskId>, RestoreFailure>;
     /// `task` is about to close while restoring: keep what was restored.
     fn closing(&mut self, task: &mut TaskInstance);
     /// Deletes the local state of task `id` (closed).
@@ -251,11 +252,10 @@ impl TaskManager {
         Ok(())
     }
 
-    /// Restores the restoring tasks, one after the other, within `budget`
-    /// (a task the budget ran out on goes to the back of the queue);
-    /// each task whose stores are all current is initialized (at wall-clock
-    /// time `now_ms`) and runs from then on. A task found corrupt is wiped
-    /// and restored from scratch, once. Returns the tasks that started.
+    /// Restores the restoring tasks, together, within `budget`; each task
+    /// whose stores are all current is initialized (at wall-clock time
+    /// `now_ms`) and runs from then on. A task found corrupt is wiped and
+    /// restored from scratch, once. Returns the tasks that started.
     pub(crate) fn restore(
         &mut self,
         creator: &mut dyn TaskCreator,
@@ -263,36 +263,39 @@ impl TaskManager {
         now_ms: i64,
         collector: &mut dyn RecordCollector,
     ) -> Result<usize, StreamsError> {
-        let mut started = 0;
-        while let Some(head) = self.restoring.front_mut() {
-            match creator.restore(&mut head.task, budget) {
-                Ok(false) => {
-                    // Its slice is spent: the others go first next time,
-                    // so a long restore does not hold back the short ones.
-                    self.restoring.rotate_left(1);
-                    break;
-                }
-                Ok(true) => {
-                    let done = self.restoring.pop_front().expect("the head");
-                    self.start(done, creator, now_ms, collector)?;
-                    started += 1;
-                }
-                Err(e) if e.recovery() == Recovery::TaskCorrupted && !head.wiped => {
-                    let mut corrupt = self.restoring.pop_front().expect("the head");
-                    let id = corrupt.task.id();
-                    tracing::warn!(task = %id, error = %e, "local state is corrupt: wiping it and restoring from the changelog");
-                    creator.closing(&mut corrupt.task);
-                    let _ = corrupt.task.close();
-                    creator.released(id);
-                    creator.wipe(id)?;
-                    corrupt.task = creator.create(id)?;
-                    corrupt.wiped = true;
-                    self.restoring.push_front(corrupt);
-                }
-                Err(e) => return Err(e),
+        let mut tasks: Vec<&mut TaskInstance> =
+            self.restoring.iter_mut().map(|r| &mut r.task).collect();
+        let restored = creator.restore(&mut tasks, budget);
+        drop(tasks);
+        let done = match restored {
+            Ok(done) => done,
+            Err(RestoreFailure {
+                task: Some(id),
+                error,
+            }) if error.recovery() == Recovery::TaskCorrupted => {
+                let at = self.restoring.iter().position(|r| r.task.id() == id);
+                let Some(at) = at.filter(|&at| !self.restoring[at].wiped) else {
+                    return Err(error);
+                };
+                let mut corrupt = self.restoring.remove(at).expect("found");
+                tracing::warn!(task = %id, error = %error, "local state is corrupt: wiping it and restoring from the changelog");
+                creator.closing(&mut corrupt.task);
+                let _ = corrupt.task.close();
+                creator.released(id);
+                creator.wipe(id)?;
+                corrupt.task = creator.create(id)?;
+                corrupt.wiped = true;
+                self.restoring.push_front(corrupt);
+                return Ok(0);
             }
-            if budget.spent() {
-                break;
+            Err(failure) => return Err(failure.error),
+        };
+        let mut started = 0;
+        for id in done {
+            if let Some(at) = self.restoring.iter().position(|r| r.task.id() == id) {
+                let restored = self.restoring.remove(at).expect("found");
+                self.start(restored, creator, now_ms, collector)?;
+                started += 1;
             }
         }
         Ok(started)

@@ -20,7 +20,7 @@ use crate::processor::{
 };
 use crate::runtime::changelog::tests::{TASK, memory_task, word_count};
 use crate::runtime::collector::ProducerEvents;
-use crate::runtime::restore::RestoreBudget;
+use crate::runtime::restore::{RestoreBudget, RestoreFailure};
 use crate::runtime::topics::{TopicLayout, plan};
 use crate::runtime::{Recovery, StreamsError};
 use crate::topology::Topology;
@@ -170,10 +170,10 @@ impl TaskCreator for MemoryCreator {
     }
     fn restore(
         &mut self,
-        _: &mut TaskInstance,
+        tasks: &mut [&mut TaskInstance],
         _: &mut RestoreBudget,
-    ) -> Result<bool, StreamsError> {
-        Ok(true)
+    ) -> Result<Vec<TaskId>, RestoreFailure> {
+        Ok(tasks.iter().map(|t| t.id()).collect())
     }
     fn closing(&mut self, _: &mut TaskInstance) {}
     fn wipe(&mut self, _: TaskId) -> Result<(), StreamsError> {
