@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::counting::{Fixture, output_counts, serial, tail, word_count_truth};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{
-    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
-};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir::topologies::word_count::WORD_COUNT;
 
@@ -33,7 +31,7 @@ const MAX_POLL_INTERVAL_MS: u64 = 6_000;
 /// Writes `n` count records of keys no sample sentence has to partition 0
 /// of `topic` (what a long-running application would have left there).
 fn seed_changelog(topic: &str, n: u64) {
-    let producer: ThreadedProducer<DefaultProducerContext> = common::base_config()
+    let producer: BaseProducer = common::base_config()
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "1000000")
@@ -42,21 +40,27 @@ fn seed_changelog(topic: &str, n: u64) {
     for i in 0..n {
         let key = format!("seed-{i}");
         let value = 1i64.to_be_bytes();
-        let mut record = BaseRecord::<str, [u8]>::to(topic)
+        let record = BaseRecord::to(topic)
             .partition(0)
-            .key(&key)
+            .key(key.as_str())
             .payload(&value[..]);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+        send_waiting(&producer, record);
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+}
+
+/// Sends `record`, serving delivery reports while librdkafka's queue is
+/// full.
+fn send_waiting(producer: &BaseProducer, mut record: BaseRecord<'_, str, [u8]>) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
             }
         }
     }
-    producer.flush(Duration::from_secs(120)).unwrap();
 }
 
 /// Reads `topic` with `read_committed` from the start until `stop`, noting
@@ -231,18 +235,10 @@ fn seed_transactional_changelog(topic: &str) {
     producer.begin_transaction().unwrap();
     for (key, count) in records {
         let value = count.to_be_bytes();
-        let mut record = BaseRecord::<str, [u8]>::to(topic)
-            .key(&key)
-            .payload(&value[..]);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-            }
-        }
+        send_waiting(
+            &producer,
+            BaseRecord::to(topic).key(key.as_str()).payload(&value[..]),
+        );
         in_transaction += 1;
         if in_transaction == 10_000 {
             producer
