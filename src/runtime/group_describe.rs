@@ -9,8 +9,9 @@
 //! back to the classic one for a classic group, but rdkafka does not wrap
 //! it: this module calls it through `rdkafka::bindings`, as it reads a
 //! consumer's member epoch ([`member_epoch`]), which rdkafka does not
-//! expose either. These and the cached watermarks of `thread/lag.rs` are
-//! the only uses of librdkafka's C API in Weir.
+//! expose either. These, the cached watermarks of `thread/lag.rs` and the
+//! batched changelog reads of `changelog/kafka.rs` are the only uses of
+//! librdkafka's C API in Weir.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{CStr, CString, c_char};

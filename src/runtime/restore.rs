@@ -17,9 +17,7 @@
 //! store of each at a time, through one assignment of the restore consumer
 //! that lasts across slices (librdkafka keeps fetching ahead for all of
 //! them); the assignment changes only when a store is done or a task comes
-//! or goes. Two stores with the same partition number are never read at
-//! once: the restore consumer reports a partition's end by its number only.
-//! A store's progress lives in its committed offset, so a restore that is
+//! or goes. A store's progress lives in its committed offset, so a restore that is
 //! stopped (a rebalance, a crash) resumes where it was.
 //!
 //! [`restore_stores`] reads a task's stores to the end in one call (the
@@ -182,7 +180,7 @@ struct Queued {
 /// Restores the tasks of one stream thread in slices; see the module docs.
 pub(crate) struct SlicedRestore {
     queued: std::collections::HashMap<TaskId, Queued>,
-    /// The store partitions being read, at most one per partition number.
+    /// The store partitions being read, one store of each task at most.
     reader: ChangelogReader<KafkaChangelog>,
     /// The reader's partitions changed since the source was last assigned.
     reassign: bool,
@@ -213,9 +211,8 @@ impl SlicedRestore {
         self.queued.insert(id, queued);
     }
 
-    /// Restores `tasks` (the restoring ones, in the order they take a
-    /// partition number) within `budget`: reads the next store of each
-    /// whose partition number is free, all together, and returns the tasks
+    /// Restores `tasks` (the restoring ones) within `budget`: reads the
+    /// next store of each, all together, and returns the tasks
     /// whose stores are all current (they leave the queue; a task of
     /// `tasks` that is not queued is current).
     pub(crate) fn restore(
@@ -273,8 +270,7 @@ impl SlicedRestore {
     }
 
     /// Registers the next store behind its changelog of each queued task of
-    /// `tasks` not being read whose partition number is free (the restore
-    /// consumer reports a partition's end by number only) and assigns the
+    /// `tasks` not being read and assigns the
     /// source anew when that changed what is read; tasks with no store left
     /// behind go to `done`.
     fn admit(
@@ -289,9 +285,6 @@ impl SlicedRestore {
             }
             if !self.queued.contains_key(&id) {
                 done.push(id);
-                continue;
-            }
-            if self.reader.reads_partition(id.partition) {
                 continue;
             }
             if self

@@ -1,13 +1,15 @@
 //! [`KafkaChangelog`]: changelog records from the broker.
 
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rdkafka::bindings as rd;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::{ChangelogBatch, ChangelogSource};
 use crate::runtime::StreamsError;
@@ -19,11 +21,15 @@ use crate::runtime::end_of_partition::RestoreConsumer;
 /// of a partition is reported even when its last offsets are transaction
 /// markers).
 ///
-/// librdkafka reports a partition's end by partition number only; the end
-/// of partition `p` is taken as the end of `p` of every assigned topic. A
-/// reader that relies on ends ([`super::ReadMode::ToEnd`]) therefore reads
-/// at most one partition of each number at a time, as the restore does.
+/// Records and ends are taken in batches straight from the consumer's queue
+/// (`rd_kafka_consume_batch_queue`). rdkafka's `poll` returns one record
+/// per call, and each call read the clock and allocated: a fifth of a full
+/// restore's time. Its end of a partition also names the partition number
+/// only, where librdkafka's message names the topic too, so partitions of
+/// the same number of different changelogs can be read at once.
 pub(crate) struct KafkaChangelog {
+    /// Declared before `consumer`: dropped while the consumer still lives.
+    queue: ConsumerQueue,
     consumer: Arc<RestoreConsumer>,
     /// topic → (partition, part) of what is assigned.
     parts: HashMap<String, Vec<(i32, usize)>>,
@@ -33,6 +39,7 @@ impl KafkaChangelog {
     /// A source reading through `consumer`, which it assigns and unassigns.
     pub(crate) fn new(consumer: Arc<RestoreConsumer>) -> Self {
         KafkaChangelog {
+            queue: ConsumerQueue::of(&consumer),
             consumer,
             parts: HashMap::new(),
         }
@@ -99,30 +106,143 @@ impl ChangelogSource for KafkaChangelog {
 
     fn poll(&mut self, wait: Duration, batch: &mut ChangelogBatch) -> Result<(), StreamsError> {
         let mut wait = wait;
+        let mut taken = [std::ptr::null_mut(); TAKE];
         while !batch.is_full() {
-            let Some(polled) = self.consumer.poll(wait) else {
+            let room = batch.room().min(TAKE);
+            let count = self.queue.take(wait, &mut taken[..room])?;
+            if count == 0 {
                 break;
-            };
+            }
             // Take what librdkafka already holds without waiting again.
             wait = Duration::ZERO;
-            match polled {
-                Ok(m) => {
-                    if let Some(part) = self.part_of(m.topic(), m.partition()) {
-                        batch.push(part, m.offset(), m.key(), m.payload());
+            let messages = Taken(&taken[..count]);
+            for &m in messages.0 {
+                // SAFETY: librdkafka returned `m` and it lives until
+                // `messages` is dropped; its fields are read, not kept.
+                let m = unsafe { &*m };
+                let topic = topic_of(m);
+                match m.err {
+                    rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => {
+                        if let Some(part) = topic.and_then(|t| self.part_of(t, m.partition)) {
+                            // SAFETY: as above; `push` copies the bytes.
+                            let (key, value) =
+                                unsafe { (bytes(m.key, m.key_len), bytes(m.payload, m.len)) };
+                            batch.push(part, m.offset, key, value);
+                        }
                     }
-                }
-                Err(KafkaError::PartitionEOF(partition)) => {
-                    for parts in self.parts.values() {
-                        for &(p, part) in parts {
-                            if p == partition {
-                                batch.push_end(part);
+                    rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+                        for (t, parts) in &self.parts {
+                            if topic.is_some_and(|topic| topic != t) {
+                                continue;
+                            }
+                            for &(p, part) in parts {
+                                if p == m.partition {
+                                    batch.push_end(part);
+                                }
                             }
                         }
                     }
+                    err => {
+                        return Err(StreamsError::kafka(
+                            format!(
+                                "reading changelog records of {}/{}",
+                                topic.unwrap_or("?"),
+                                m.partition
+                            ),
+                            KafkaError::MessageConsumption(RDKafkaErrorCode::from(err)),
+                        ));
+                    }
                 }
-                Err(e) => return Err(StreamsError::kafka("reading changelog records", e)),
             }
         }
         Ok(())
     }
+}
+
+/// Messages taken from librdkafka in one batch at most.
+const TAKE: usize = 1_000;
+
+/// The consumer queue of a restore consumer (its fetched records and
+/// consumer errors), read in batches.
+struct ConsumerQueue(*mut rd::rd_kafka_queue_t);
+
+// SAFETY: librdkafka queues may be used from any thread; the handle is
+// only used through `&mut KafkaChangelog`.
+unsafe impl Send for ConsumerQueue {}
+
+impl ConsumerQueue {
+    fn of(consumer: &RestoreConsumer) -> Self {
+        // SAFETY: `native_ptr` is the live handle `consumer` owns; the
+        // queue reference returned is ours and destroyed on drop. It is
+        // null only for a consumer without `group.id`, and the restore
+        // consumer always has one (`clients::restore_config`).
+        let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
+        assert!(!queue.is_null(), "the restore consumer has a group.id");
+        ConsumerQueue(queue)
+    }
+
+    /// Takes up to `into.len()` messages, waiting up to `wait` for the
+    /// first; returns how many. The caller destroys them ([`Taken`]).
+    fn take(
+        &mut self,
+        wait: Duration,
+        into: &mut [*mut rd::rd_kafka_message_t],
+    ) -> Result<usize, StreamsError> {
+        let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: the queue is live; librdkafka writes at most `into.len()`
+        // message pointers into `into`.
+        let count = unsafe {
+            rd::rd_kafka_consume_batch_queue(self.0, wait_ms, into.as_mut_ptr(), into.len())
+        };
+        usize::try_from(count).map_err(|_| {
+            // SAFETY: reads this thread's last librdkafka error.
+            let err = unsafe { rd::rd_kafka_last_error() };
+            StreamsError::kafka(
+                "reading changelog records",
+                KafkaError::MessageConsumption(RDKafkaErrorCode::from(err)),
+            )
+        })
+    }
+}
+
+impl Drop for ConsumerQueue {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `of`, destroyed once.
+        unsafe { rd::rd_kafka_queue_destroy(self.0) }
+    }
+}
+
+/// Messages taken in one batch, destroyed when dropped (also on an early
+/// return).
+struct Taken<'a>(&'a [*mut rd::rd_kafka_message_t]);
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        for &m in self.0 {
+            // SAFETY: each was returned by `rd_kafka_consume_batch_queue`
+            // and is destroyed once, here.
+            unsafe { rd::rd_kafka_message_destroy(m) }
+        }
+    }
+}
+
+/// The topic of a message, when it names one.
+fn topic_of(m: &rd::rd_kafka_message_t) -> Option<&str> {
+    if m.rkt.is_null() {
+        return None;
+    }
+    // SAFETY: a message's topic handle lives as long as the message, and
+    // its name is NUL-terminated.
+    unsafe { CStr::from_ptr(rd::rd_kafka_topic_name(m.rkt)) }
+        .to_str()
+        .ok()
+}
+
+/// The bytes at `ptr`, or `None` for a null pointer (a null key or value).
+///
+/// # Safety
+/// `ptr` is null or points at `len` bytes that outlive the returned slice.
+unsafe fn bytes<'a>(ptr: *const std::ffi::c_void, len: usize) -> Option<&'a [u8]> {
+    // SAFETY: by the caller.
+    (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }

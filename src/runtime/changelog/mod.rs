@@ -280,6 +280,15 @@ impl ChangelogBatch {
         self.events.push(Event::End { part });
     }
 
+    /// How many more records fit (at least one while not full).
+    pub(crate) fn room(&self) -> usize {
+        if self.is_full() {
+            0
+        } else {
+            (self.max_records - self.records).max(1)
+        }
+    }
+
     /// True when no more records should be added before applying.
     pub(crate) fn is_full(&self) -> bool {
         self.records >= self.max_records || self.bytes.len() >= self.max_bytes
@@ -379,12 +388,6 @@ impl<S: ChangelogSource> ChangelogReader<S> {
     /// Whether a partition of `task` is registered.
     pub(crate) fn reads_task(&self, task: TaskId) -> bool {
         self.partitions.iter().any(|p| p.task == task)
-    }
-
-    /// Whether a partition numbered `partition` (of any topic) is
-    /// registered.
-    pub(crate) fn reads_partition(&self, partition: i32) -> bool {
-        self.partitions.iter().any(|p| p.partition == partition)
     }
 
     /// Commits the stores of the partitions of a [`ReadMode::ToEnd`] reader
