@@ -9,7 +9,9 @@
 //! All restoring tasks are read together: four tasks whose changelogs
 //! (written in transactions, so they end in transaction markers) differ in
 //! size restore at once, each store gets exactly its own partition's
-//! records, and counting goes on from the restored values.
+//! records, and counting goes on from the restored values. So are stores
+//! of the same partition number behind two changelogs (two counting
+//! subtopologies, state directory wiped).
 
 mod common;
 
@@ -336,5 +338,135 @@ fn every_restoring_task_reads_its_own_changelog_at_once() {
                 "task {task} restored its partition's records once"
             );
         }
+    }
+}
+
+/// Keys counted by the first and the second counting subtopology.
+const FIRST_KEYS: usize = 20_000;
+const SECOND_KEYS: usize = 150_000;
+
+/// Each of `n` keys `{prefix}{i}-` (padded to 120 bytes) once (keyed
+/// records, value ignored). The padding makes a partition of the larger
+/// changelog take several fetches, so the end of the smaller one's
+/// partition of the same number arrives while it is still being read.
+fn keyed(prefix: &str, n: usize) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let key = format!("{:-<120}", format!("{prefix}{i}-"));
+            (Some(key.into_bytes()), b"x".to_vec())
+        })
+        .collect()
+}
+
+/// Waits up to `timeout` until every key of `topic` counts `n` and there
+/// are `keys` of them; returns the latest counts either way.
+fn counts_reaching(
+    topic: &str,
+    keys: usize,
+    n: i64,
+    timeout: Duration,
+) -> std::collections::BTreeMap<String, i64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let counts = output_counts(topic);
+        if (counts.len() == keys && counts.values().all(|c| *c == n)) || Instant::now() > deadline {
+            return counts;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Two counting subtopologies make two tasks of every partition number,
+/// each with a store behind its own changelog. With the state directory
+/// wiped, both are restored together: the end of partition `p` of the
+/// small changelog must not end the restore of partition `p` of the large
+/// one, and no store takes the other's records. Counting goes on from the
+/// restored values: every key counted once before the restart and once
+/// after must read 2, and no other key may appear.
+#[test]
+fn stores_of_the_same_partition_number_in_two_changelogs_restore_together() {
+    use weir::config::{ProcessingGuarantee, StreamsConfig};
+    use weir::runtime::KafkaStreams;
+    use weir::topology::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+
+    let _serial = serial();
+    let app_id = common::unique_topic("restore-same-number");
+    let topic = |name: &str| format!("{app_id}-{name}");
+    let (first, second, first_out, second_out) = (
+        topic("first"),
+        topic("second"),
+        topic("first-out"),
+        topic("second-out"),
+    );
+    common::broker().create_topics(&[(&first, 4), (&second, 4), (&first_out, 4), (&second_out, 4)]);
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        for (input, store, output) in [
+            (&first, "first-counts", &first_out),
+            (&second, "second-counts", &second_out),
+        ] {
+            builder
+                .stream::<String, String>(input, Consumed::new())
+                .group_by_key(Grouped::new())
+                .count(Materialized::as_(store))
+                .to_stream()
+                .to(output, Produced::new());
+        }
+        let topology = builder.build().unwrap();
+        assert_eq!(topology.subtopology_count(), 2, "one task per input");
+        topology
+    };
+    let start = |dir: &std::path::Path| {
+        let mut config = StreamsConfig::new(&app_id, common::bootstrap());
+        config.state_dir = dir.to_path_buf();
+        config.processing_guarantee = ProcessingGuarantee::ExactlyOnceV2;
+        let mut app = KafkaStreams::new(topology(), config).unwrap();
+        app.start().expect("the app starts");
+        app
+    };
+
+    common::produce_batch(&first, &keyed("f", FIRST_KEYS));
+    common::produce_batch(&second, &keyed("s", SECOND_KEYS));
+    let before = tempfile::tempdir().unwrap();
+    let mut app = start(before.path());
+    let timeout = Duration::from_secs(180);
+    assert_eq!(
+        counts_reaching(&first_out, FIRST_KEYS, 1, timeout).len(),
+        FIRST_KEYS
+    );
+    assert_eq!(
+        counts_reaching(&second_out, SECOND_KEYS, 1, timeout).len(),
+        SECOND_KEYS
+    );
+    assert!(app.close(Duration::from_secs(60)), "the first run stops");
+    drop(before);
+
+    // A new state directory: both stores restore in full from their
+    // changelogs, whose partitions differ in size by 7.5x (about 0.6 and
+    // 4.5 MB).
+    let after = tempfile::tempdir().unwrap();
+    let mut app = start(after.path());
+    common::produce_batch(&first, &keyed("f", FIRST_KEYS));
+    common::produce_batch(&second, &keyed("s", SECOND_KEYS));
+    let results = [
+        (
+            &first_out,
+            counts_reaching(&first_out, FIRST_KEYS, 2, timeout),
+            FIRST_KEYS,
+        ),
+        (
+            &second_out,
+            counts_reaching(&second_out, SECOND_KEYS, 2, timeout),
+            SECOND_KEYS,
+        ),
+    ];
+    assert!(app.close(Duration::from_secs(60)), "the second run stops");
+    for (output, counts, keys) in results {
+        let wrong: Vec<_> = counts.iter().filter(|(_, c)| **c != 2).take(5).collect();
+        assert!(
+            wrong.is_empty(),
+            "{output}: counts not continued from the restored store, e.g. {wrong:?}"
+        );
+        assert_eq!(counts.len(), keys, "{output}: only the keys written");
     }
 }
