@@ -183,17 +183,51 @@ impl ConsumerQueue {
 
     /// Takes up to `into.len()` messages, waiting up to `wait` for the
     /// first; returns how many. The caller destroys them ([`Taken`]).
+    ///
+    /// `rd_kafka_consume_batch_queue` waits until the batch is full or its
+    /// timeout has passed, so it is only asked for what is queued already;
+    /// the wait for a first message is `rd_kafka_consume_queue`'s, which
+    /// returns as soon as one arrives (the end of a tail restore would
+    /// otherwise wait out the whole slice).
     fn take(
         &mut self,
         wait: Duration,
         into: &mut [*mut rd::rd_kafka_message_t],
     ) -> Result<usize, StreamsError> {
+        let queued = self.take_queued(into)?;
+        if queued > 0 || wait.is_zero() || into.is_empty() {
+            return Ok(queued);
+        }
         let wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: the queue is live; the message returned is the caller's
+        // to destroy. Null when none came within the wait.
+        let first = unsafe { rd::rd_kafka_consume_queue(self.0, wait_ms) };
+        if first.is_null() {
+            return Ok(0);
+        }
+        into[0] = first;
+        match self.take_queued(&mut into[1..]) {
+            Ok(more) => Ok(1 + more),
+            Err(e) => {
+                drop(Taken(&into[..1]));
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes up to `into.len()` of the messages queued now, without
+    /// waiting.
+    fn take_queued(
+        &mut self,
+        into: &mut [*mut rd::rd_kafka_message_t],
+    ) -> Result<usize, StreamsError> {
+        if into.is_empty() {
+            return Ok(0);
+        }
         // SAFETY: the queue is live; librdkafka writes at most `into.len()`
         // message pointers into `into`.
-        let count = unsafe {
-            rd::rd_kafka_consume_batch_queue(self.0, wait_ms, into.as_mut_ptr(), into.len())
-        };
+        let count =
+            unsafe { rd::rd_kafka_consume_batch_queue(self.0, 0, into.as_mut_ptr(), into.len()) };
         usize::try_from(count).map_err(|_| {
             // SAFETY: reads this thread's last librdkafka error.
             let err = unsafe { rd::rd_kafka_last_error() };
