@@ -17,8 +17,8 @@
 //! store of each at a time, through one assignment of the restore consumer
 //! that lasts across slices (librdkafka keeps fetching ahead for all of
 //! them); the assignment changes only when a store is done or a task comes
-//! or goes. A store's progress lives in its committed offset, so a restore that is
-//! stopped (a rebalance, a crash) resumes where it was.
+//! or goes. A store's progress lives in its committed offset, so a restore
+//! that is stopped (a rebalance, a crash) resumes where it was.
 //!
 //! [`restore_stores`] reads a task's stores to the end in one call (the
 //! test driver's restarts).
@@ -212,9 +212,9 @@ impl SlicedRestore {
     }
 
     /// Restores `tasks` (the restoring ones) within `budget`: reads the
-    /// next store of each, all together, and returns the tasks
-    /// whose stores are all current (they leave the queue; a task of
-    /// `tasks` that is not queued is current).
+    /// next store of each, all together, and returns the tasks whose stores
+    /// are all current (they leave the queue; a task of `tasks` that is not
+    /// queued is current).
     pub(crate) fn restore(
         &mut self,
         tasks: &mut [&mut TaskInstance],
@@ -270,9 +270,8 @@ impl SlicedRestore {
     }
 
     /// Registers the next store behind its changelog of each queued task of
-    /// `tasks` not being read and assigns the
-    /// source anew when that changed what is read; tasks with no store left
-    /// behind go to `done`.
+    /// `tasks` not being read and assigns the source anew when that changed
+    /// what is read; tasks with no store left behind go to `done`.
     fn admit(
         &mut self,
         tasks: &mut [&mut TaskInstance],

@@ -254,7 +254,7 @@ impl Drop for Taken<'_> {
     fn drop(&mut self) {
         for &m in self.0 {
             // SAFETY: each was returned by `rd_kafka_consume_batch_queue`
-            // and is destroyed once, here.
+            // or `rd_kafka_consume_queue` and is destroyed once, here.
             unsafe { rd::rd_kafka_message_destroy(m) }
         }
     }

@@ -285,7 +285,7 @@ impl ChangelogBatch {
         if self.is_full() {
             0
         } else {
-            (self.max_records - self.records).max(1)
+            self.max_records - self.records
         }
     }
 
