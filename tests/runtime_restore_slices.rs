@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::counting::{Fixture, output_counts, serial, tail, word_count_truth};
+use common::counting::{Fixture, output_counts, serial, tail, wait_until, word_count_truth};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -358,22 +358,26 @@ fn keyed(prefix: &str, n: usize) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
         .collect()
 }
 
-/// Waits up to `timeout` until every key of `topic` counts `n` and there
-/// are `keys` of them; returns the latest counts either way.
-fn counts_reaching(
-    topic: &str,
-    keys: usize,
-    n: i64,
-    timeout: Duration,
-) -> std::collections::BTreeMap<String, i64> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let counts = output_counts(topic);
-        if (counts.len() == keys && counts.values().all(|c| *c == n)) || Instant::now() > deadline {
-            return counts;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+/// Waits up to 180 s ([`wait_until`]) until `topic` holds `keys` keys
+/// that all count `n`; returns how many keys it holds and up to five that
+/// count otherwise (none, unless the wait failed).
+fn counts_reaching(topic: &str, keys: usize, n: i64) -> (usize, Vec<(String, i64)>) {
+    wait_until(
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        &mut [],
+        || {
+            let counts = output_counts(topic);
+            let other: Vec<(String, i64)> = counts
+                .iter()
+                .filter(|(_, c)| **c != n)
+                .take(5)
+                .map(|(k, c)| (k.clone(), *c))
+                .collect();
+            (counts.len(), other)
+        },
+        |(len, other)| *len == keys && other.is_empty(),
+    )
 }
 
 /// Two counting subtopologies make two tasks of every partition number,
@@ -429,14 +433,13 @@ fn stores_of_the_same_partition_number_in_two_changelogs_restore_together() {
     common::produce_batch(&second, &keyed("s", SECOND_KEYS));
     let before = tempfile::tempdir().unwrap();
     let mut app = start(before.path());
-    let timeout = Duration::from_secs(180);
     assert_eq!(
-        counts_reaching(&first_out, FIRST_KEYS, 1, timeout).len(),
-        FIRST_KEYS
+        counts_reaching(&first_out, FIRST_KEYS, 1),
+        (FIRST_KEYS, vec![])
     );
     assert_eq!(
-        counts_reaching(&second_out, SECOND_KEYS, 1, timeout).len(),
-        SECOND_KEYS
+        counts_reaching(&second_out, SECOND_KEYS, 1),
+        (SECOND_KEYS, vec![])
     );
     assert!(app.close(Duration::from_secs(60)), "the first run stops");
     drop(before);
@@ -451,22 +454,21 @@ fn stores_of_the_same_partition_number_in_two_changelogs_restore_together() {
     let results = [
         (
             &first_out,
-            counts_reaching(&first_out, FIRST_KEYS, 2, timeout),
+            counts_reaching(&first_out, FIRST_KEYS, 2),
             FIRST_KEYS,
         ),
         (
             &second_out,
-            counts_reaching(&second_out, SECOND_KEYS, 2, timeout),
+            counts_reaching(&second_out, SECOND_KEYS, 2),
             SECOND_KEYS,
         ),
     ];
     assert!(app.close(Duration::from_secs(60)), "the second run stops");
-    for (output, counts, keys) in results {
-        let wrong: Vec<_> = counts.iter().filter(|(_, c)| **c != 2).take(5).collect();
+    for (output, (len, wrong), keys) in results {
         assert!(
             wrong.is_empty(),
             "{output}: counts not continued from the restored store, e.g. {wrong:?}"
         );
-        assert_eq!(counts.len(), keys, "{output}: only the keys written");
+        assert_eq!(len, keys, "{output}: only the keys written");
     }
 }
