@@ -323,24 +323,26 @@ impl StreamThread {
     }
 
     /// Commits what was processed since the last commit; see `commit.rs`.
+    /// Returns whether there was anything to commit.
     fn commit(
         &mut self,
         consumer: &impl GroupConsumer<Group = ConsumerGroupMetadata>,
-    ) -> Result<(), StreamsError> {
+    ) -> Result<bool, StreamsError> {
         let started = Instant::now();
         let scope = CommitScope {
             partitions: &self.env.layout.partitions,
             layout: &self.env.layout,
         };
-        if let Some(committed) =
+        let Some(committed) =
             commit::commit(&mut self.tasks, &mut self.producer, consumer, &scope)?
-        {
-            self.note_output_gaps(&committed);
-            self.note_purgeable(&committed);
-            self.meter
-                .commit_done(started, self.env.config.is_exactly_once());
-        }
-        Ok(())
+        else {
+            return Ok(false);
+        };
+        self.note_output_gaps(&committed);
+        self.note_purgeable(&committed);
+        self.meter
+            .commit_done(started, self.env.config.is_exactly_once());
+        Ok(true)
     }
 
     /// Observes, per partition whose progress was just committed, the time

@@ -353,7 +353,10 @@ fn punctuate(t: &mut StreamThread) -> Result<(), StreamsError> {
     tasks.punctuate(wall_clock_ms(), &mut collector)
 }
 
-/// Commits once per commit interval.
+/// Commits at most once per commit interval. An interval in which nothing
+/// was processed does not count: the first records after an idle spell (a
+/// restore, a quiet input) are committed as soon as they are processed,
+/// not up to an interval later.
 fn maybe_commit(
     env: &ThreadEnv,
     t: &mut StreamThread,
@@ -363,8 +366,11 @@ fn maybe_commit(
     if state.last_commit.elapsed() < env.config.commit_interval() {
         return Ok(());
     }
-    state.last_commit = Instant::now();
-    t.commit(consumer)
+    let started = Instant::now();
+    if t.commit(consumer)? {
+        state.last_commit = started;
+    }
+    Ok(())
 }
 
 /// The thread's assignment as `(task, topic, partition)`.

@@ -168,7 +168,7 @@ impl StreamThread {
             self.generation += 1;
         } else if !recovering {
             match self.commit(consumer) {
-                Ok(()) => {
+                Ok(_) => {
                     self.tasks.close(&gone, &mut self.creator);
                     self.meter.some_tasks_closed(&gone);
                 }
