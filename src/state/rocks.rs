@@ -223,8 +223,14 @@ impl RocksDbBackend {
         let descriptors = names
             .iter()
             .map(|n| ColumnFamilyDescriptor::new(n, opts.clone()));
+        let opening = std::time::Instant::now();
         let db = DB::open_cf_descriptors(&opts, path, descriptors)
             .map_err(|e| StoreError::rocks(name, e))?;
+        tracing::debug!(
+            store = name,
+            elapsed_us = opening.elapsed().as_micros() as u64,
+            "rocksdb opened"
+        );
         let mut backend = RocksDbBackend {
             name: name.to_string(),
             path: path.to_path_buf(),

@@ -33,24 +33,25 @@ impl ActiveTaskCreator {
     }
 }
 
-impl TaskCreator for ActiveTaskCreator {
-    fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError> {
-        let task = match self.env.standbys.claim(id) {
-            Some(standby) => {
-                tracing::info!(task = %id, "taking over the standby copy");
-                standby.into_task()
-            }
-            None => {
-                let mut provider = self.env.stores.provider();
-                TaskInstance::new(
-                    self.env.topology.clone(),
-                    id,
-                    self.env.task_config.clone(),
-                    &mut provider,
-                )
-                .map_err(StreamsError::from)
-            }
-        };
+/// Opens task `id` from this instance's state directory.
+fn open_local(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
+    let mut provider = env.stores.provider();
+    TaskInstance::new(
+        env.topology.clone(),
+        id,
+        env.task_config.clone(),
+        &mut provider,
+    )
+    .map_err(StreamsError::from)
+}
+
+impl ActiveTaskCreator {
+    /// Queues an opened task for its restore, or gives a failed one up.
+    fn opened(
+        &mut self,
+        id: TaskId,
+        task: Result<TaskInstance, StreamsError>,
+    ) -> Result<TaskInstance, StreamsError> {
         match task {
             Ok(task) => {
                 let meter = RestoreMeter::start(self.env.metrics.clone(), id.to_string());
@@ -62,6 +63,71 @@ impl TaskCreator for ActiveTaskCreator {
                 Err(e)
             }
         }
+    }
+}
+
+impl TaskCreator for ActiveTaskCreator {
+    fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError> {
+        let task = match self.env.standbys.claim(id) {
+            Some(standby) => {
+                tracing::info!(task = %id, "taking over the standby copy");
+                standby.into_task()
+            }
+            None => open_local(&self.env, id),
+        };
+        self.opened(id, task)
+    }
+
+    /// Opens the tasks without a standby copy on up to one thread per core:
+    /// opening a RocksDB store that holds data replays its write-ahead log
+    /// and syncs new files, tens of milliseconds per store, which a restart
+    /// with many tasks otherwise spends one after another.
+    fn create_all(&mut self, ids: &[TaskId]) -> Vec<Result<TaskInstance, StreamsError>> {
+        let mut tasks: Vec<Option<Result<TaskInstance, StreamsError>>> = ids
+            .iter()
+            .map(|&id| {
+                self.env.standbys.claim(id).map(|standby| {
+                    tracing::info!(task = %id, "taking over the standby copy");
+                    standby.into_task()
+                })
+            })
+            .collect();
+        let local: Vec<usize> = (0..ids.len()).filter(|&i| tasks[i].is_none()).collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(local.len());
+        if threads <= 1 {
+            for &i in &local {
+                tasks[i] = Some(open_local(&self.env, ids[i]));
+            }
+        } else {
+            let env: &ThreadEnv = &self.env;
+            let opened: Vec<(usize, Result<TaskInstance, StreamsError>)> =
+                std::thread::scope(|scope| {
+                    let workers: Vec<_> = (0..threads)
+                        .map(|w| {
+                            let mine: Vec<usize> =
+                                local.iter().copied().skip(w).step_by(threads).collect();
+                            scope.spawn(move || {
+                                mine.into_iter()
+                                    .map(|i| (i, open_local(env, ids[i])))
+                                    .collect::<Vec<_>>()
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .flat_map(|w| w.join().expect("a task-opening thread panicked"))
+                        .collect()
+                });
+            for (i, task) in opened {
+                tasks[i] = Some(task);
+            }
+        }
+        ids.iter()
+            .zip(tasks)
+            .map(|(&id, task)| self.opened(id, task.expect("every task was opened")))
+            .collect()
     }
 
     fn restore(

@@ -34,6 +34,11 @@ pub(crate) trait TaskCreator {
     /// Creates task `id` from local state (or a standby copy); its stores
     /// may still be behind their changelogs.
     fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError>;
+    /// Creates tasks `ids` as [`TaskCreator::create`] does, one result per
+    /// id in order; a creator may open them concurrently.
+    fn create_all(&mut self, ids: &[TaskId]) -> Vec<Result<TaskInstance, StreamsError>> {
+        ids.iter().map(|&id| self.create(id)).collect()
+    }
     /// Restores the stores of `tasks` (the restoring ones, first come first)
     /// within `budget`; returns those whose stores are all current.
     fn restore(
@@ -230,26 +235,35 @@ impl TaskManager {
 
     /// Creates tasks `ids` (those not open yet); they restore before they
     /// run ([`TaskManager::restore`]), then start from the stream times of
-    /// the last commit. Tasks created before an error stay.
+    /// the last commit. The tasks created stay when others fail; the first
+    /// failure is returned.
     pub(crate) fn open(
         &mut self,
         ids: &[TaskId],
         stream_times: &HashMap<TaskId, i64>,
         creator: &mut dyn TaskCreator,
     ) -> Result<(), StreamsError> {
-        for &id in ids {
-            let open =
-                self.tasks.contains_key(&id) || self.restoring.iter().any(|r| r.task.id() == id);
-            if open {
-                continue;
+        let new: Vec<TaskId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| {
+                !self.tasks.contains_key(&id) && !self.restoring.iter().any(|r| r.task.id() == id)
+            })
+            .collect();
+        let mut failure = None;
+        for (&id, task) in new.iter().zip(creator.create_all(&new)) {
+            match task {
+                Ok(task) => self.restoring.push_back(Restoring {
+                    task,
+                    stream_time: stream_times.get(&id).copied(),
+                    wiped: false,
+                }),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
             }
-            self.restoring.push_back(Restoring {
-                task: creator.create(id)?,
-                stream_time: stream_times.get(&id).copied(),
-                wiped: false,
-            });
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     /// Restores the restoring tasks, together, within `budget`; each task
