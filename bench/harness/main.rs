@@ -411,6 +411,7 @@ fn stop_on_signal() -> Result<Arc<AtomicBool>> {
 
 fn weir_cmd(a: ChildArgs) -> Result<()> {
     weir::telemetry::init_logging();
+    tracing::debug!("weir-bench child started");
     let stop = stop_on_signal()?;
     let mut config = StreamsConfig::new(&a.app_id, &a.bootstrap);
     config.processing_guarantee = a

@@ -351,7 +351,10 @@ pub(crate) fn spawn(
     args: &RunArgs,
     log: &std::path::Path,
 ) -> Result<Child> {
-    let out = std::fs::File::create(log)?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
     let err = out.try_clone()?;
     let guarantee = if args.exactly_once {
         "exactly_once_v2"
