@@ -11,6 +11,7 @@ use super::standby::{self, StandbyRegistry};
 use super::stores::InstanceState;
 use super::thread::{self, ThreadEnv};
 use super::topics::TopicLayout;
+use super::warm::WarmTasks;
 use super::{
     AppState, InstanceInfo, KeyValueQuery, QueryBus, QueryError, QueryParts, Router, SessionQuery,
     StateCell, StateListener, StoreService, StreamsError, WindowQuery, topics,
@@ -35,6 +36,8 @@ pub struct KafkaStreams {
     threads: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<Arc<StreamsError>>>>,
     state_dir: Option<Arc<InstanceState>>,
+    /// Local tasks opened ahead of the assignment (`warm.rs`).
+    warm: Option<Arc<WarmTasks>>,
     metrics: Arc<Metrics>,
     http: Option<HttpServer>,
     buffer_stats: Arc<BufferStats>,
@@ -62,6 +65,7 @@ impl KafkaStreams {
             threads: Vec::new(),
             error: Arc::new(Mutex::new(None)),
             state_dir: None,
+            warm: None,
             buffer_stats: Arc::new(BufferStats::default()),
             metrics: Arc::new(Metrics::new(&config.application_id)),
             http: None,
@@ -121,13 +125,30 @@ impl KafkaStreams {
                 state: self.state.get(),
             });
         }
+        // The local tasks open while the topics are checked and the group
+        // is joined (`warm.rs`).
+        let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
+        let warm = WarmTasks::start(&state_dir, &self.topology, &self.task_config);
+        self.warm = Some(warm.clone());
+        let started = self.start_threads(state_dir, warm.clone());
+        if started.is_err() {
+            warm.close_rest();
+        }
+        started
+    }
+
+    /// [`KafkaStreams::start`] once the state directory is open.
+    fn start_threads(
+        &mut self,
+        state_dir: Arc<InstanceState>,
+        warm: Arc<WarmTasks>,
+    ) -> Result<(), StreamsError> {
         let (layout, purger, group_protocol) = self.prepare_topics()?;
         self.config.group_protocol = group_protocol;
         self.queries
             .set_partitions(layout.tasks_per_subtopology.clone());
         self.router.set_layout(layout.subtopology_of_topic.clone());
         self.start_http()?;
-        let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
         // Global tables are loaded in full before any stream thread starts.
         let globals = super::global::start(&self.config, &self.topology, self.shutdown.clone())?;
         let mut task_config = self.task_config.clone();
@@ -152,6 +173,7 @@ impl KafkaStreams {
             purger,
             standbys: self.standbys.clone(),
             queries: self.queries.clone(),
+            warm,
         });
         if self.config.num_standby_replicas > 0 {
             self.spawn_standby_thread(&env, &process_id)?;
@@ -292,6 +314,7 @@ impl KafkaStreams {
             stores: env.stores.clone(),
             metrics: env.metrics.clone(),
             shutdown: env.shutdown.clone(),
+            warm: env.warm.clone(),
         };
         let process_id = process_id.to_string();
         let handle = std::thread::Builder::new()
@@ -365,6 +388,9 @@ impl KafkaStreams {
         }
         for handle in self.threads.drain(..) {
             let _ = handle.join();
+        }
+        if let Some(warm) = self.warm.take() {
+            warm.close_rest();
         }
         if !was_error {
             self.state.transition(AppState::NotRunning);

@@ -34,4 +34,6 @@ pub(crate) struct ThreadEnv {
     pub(crate) standbys: Arc<StandbyRegistry>,
     /// Interactive queries waiting for the stream threads.
     pub(crate) queries: Arc<super::QueryBus>,
+    /// Local tasks opened ahead of the assignment (`warm.rs`).
+    pub(crate) warm: Arc<super::warm::WarmTasks>,
 }

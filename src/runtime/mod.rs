@@ -56,6 +56,7 @@ mod stores;
 pub mod stream_time;
 mod thread;
 pub mod topics;
+mod warm;
 
 pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};

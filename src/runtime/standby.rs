@@ -257,6 +257,8 @@ pub(crate) struct StandbyEnv {
     pub(crate) stores: Arc<InstanceState>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// Local tasks opened ahead of the assignment (`warm.rs`).
+    pub(crate) warm: Arc<super::warm::WarmTasks>,
 }
 
 /// Runs the standby thread of this instance until shutdown.
@@ -380,6 +382,9 @@ fn update_standbys(
 }
 
 fn open_task(env: &StandbyEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
+    if let Some(task) = env.warm.take(id) {
+        return Ok(task);
+    }
     let mut provider = env.stores.provider();
     Ok(TaskInstance::new(
         env.topology.clone(),

@@ -69,6 +69,11 @@ impl InstanceState {
         }
     }
 
+    /// The task directories present in this application's directory.
+    pub(crate) fn task_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.dir.lock().expect("state dir lock").task_ids()
+    }
+
     /// A provider opening stores of tasks in this directory.
     pub(crate) fn provider(self: &Arc<Self>) -> TaskStoreProvider {
         TaskStoreProvider {

@@ -317,6 +317,9 @@ impl StreamThread {
             let last = self.env.rebalancing.fetch_sub(1, Ordering::SeqCst) == 1;
             let stopping = matches!(next, ThreadState::PendingShutdown | ThreadState::Dead);
             if last && !stopping {
+                // Every thread has its tasks: the local ones opened ahead
+                // that nobody took are not needed.
+                self.env.warm.close_rest();
                 self.env.state.transition(AppState::Running);
             }
         }
