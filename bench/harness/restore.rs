@@ -363,6 +363,20 @@ fn settings(a: &RestoreArgs, keys: u64) -> Settings {
     }
 }
 
+/// Weir's settings: the classic group protocol, and any `KEY=VALUE` pairs
+/// in `BENCH_RESTORE_WEIR_SET` (comma-separated; to try restore settings).
+fn weir_config() -> Vec<(String, String)> {
+    let mut config = vec![("group_protocol".to_string(), "classic".to_string())];
+    if let Ok(pairs) = std::env::var("BENCH_RESTORE_WEIR_SET") {
+        for pair in pairs.split(',').filter(|p| !p.is_empty()) {
+            if let Some((k, v)) = pair.split_once('=') {
+                config.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    config
+}
+
 /// Runs every system and size and rewrites the section and its chart.
 pub fn run(a: &RestoreArgs) -> Result<()> {
     for s in &a.systems {
@@ -406,7 +420,7 @@ pub fn run(a: &RestoreArgs) -> Result<()> {
                     // KIP-848 a SIGKILLed static member keeps its instance id
                     // until its session times out, and the restarted one is
                     // refused (UNRELEASED_INSTANCE_ID).
-                    weir_config: vec![("group_protocol".into(), "classic".into())],
+                    weir_config: weir_config(),
                     app_id: app_id.clone(),
                 },
                 log: a.work_dir.join("logs").join(format!("{app_id}.log")),
