@@ -5,17 +5,20 @@
 //! syncs new files: tens of milliseconds per store, which a restarted
 //! instance would otherwise spend after its assignment arrives, before its
 //! tail restores can start. At start-up every task directory of this
-//! application is opened in the background ([`WarmTasks::start`], on up to
-//! one thread per core) while the consumer joins. A stream thread assigned
-//! one of them takes it over ([`WarmTasks::take`], waiting if it is still
-//! being opened) and restores its tail as usual; so does the standby thread
-//! for a standby task. Once the instance runs (every thread has its tasks),
-//! or when it stops, the ones nobody took are closed
-//! ([`WarmTasks::close_rest`]). A task is never open twice: `take` waits for
-//! an open under way, and `close_rest` waits for every open to end.
+//! application is queued and opened in the background
+//! ([`WarmTasks::start`], on up to one thread per core) while the consumer
+//! joins. A stream thread assigned one of them takes it over
+//! ([`WarmTasks::take`], waiting if it is being opened; one still queued
+//! leaves the queue and the thread opens it itself) and restores its tail as
+//! usual; so does the standby thread for a standby task. Once the instance
+//! runs (every thread has its tasks), or when it stops, the ones nobody took
+//! are closed ([`WarmTasks::close_rest`]). A task is never open twice:
+//! `take` waits for an open under way, and `close_rest` waits for every open
+//! to end.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use super::stores::InstanceState;
 use crate::processor::{TaskConfig, TaskId, TaskInstance};
@@ -26,16 +29,43 @@ use crate::topology::Topology;
 pub(crate) struct WarmTasks {
     inner: Mutex<Warm>,
     changed: Condvar,
+    /// The opening threads, joined by [`WarmTasks::close_rest`].
+    openers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 #[derive(Default)]
 struct Warm {
+    /// Not started yet, in the order they are opened.
+    queued: VecDeque<TaskId>,
     /// Being opened now.
     opening: HashSet<TaskId>,
     /// Opened and not taken yet.
     open: HashMap<TaskId, TaskInstance>,
     /// No more tasks are kept: those still opening are closed when done.
     closed: bool,
+}
+
+/// What an opening thread needs.
+struct Opener {
+    warm: Arc<WarmTasks>,
+    stores: Arc<InstanceState>,
+    topology: Arc<Topology>,
+    task_config: TaskConfig,
+}
+
+impl Opener {
+    /// Opens queued tasks until none is left.
+    fn run(self) {
+        while let Some(id) = self.warm.next() {
+            let task = TaskInstance::new(
+                self.topology.clone(),
+                id,
+                self.task_config.clone(),
+                &mut self.stores.provider(),
+            );
+            self.warm.opened(id, task.map_err(|e| e.to_string()));
+        }
+    }
 }
 
 impl WarmTasks {
@@ -47,7 +77,7 @@ impl WarmTasks {
         task_config: &TaskConfig,
     ) -> Arc<Self> {
         let warm = Arc::new(WarmTasks::default());
-        let ids: Vec<TaskId> = match stores.task_ids() {
+        let ids: VecDeque<TaskId> = match stores.task_ids() {
             Ok(names) => names
                 .iter()
                 .filter_map(|name| parse_task_id(name))
@@ -55,56 +85,47 @@ impl WarmTasks {
                 .collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "not opening local tasks ahead: listing them failed");
-                Vec::new()
+                VecDeque::new()
             }
         };
-        if ids.is_empty() {
-            return warm;
-        }
-        warm.lock().opening.extend(ids.iter().copied());
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(ids.len());
-        for w in 0..threads {
-            let mine: Vec<TaskId> = ids.iter().copied().skip(w).step_by(threads).collect();
-            let (ahead, stores, topology, task_config) = (
-                warm.clone(),
-                stores.clone(),
-                topology.clone(),
-                task_config.clone(),
-            );
-            let spawned = std::thread::Builder::new()
-                .name(format!("weir-warm-{w}"))
-                .spawn({
-                    let mine = mine.clone();
-                    move || {
-                        for id in mine {
-                            let mut provider = stores.provider();
-                            let task = TaskInstance::new(
-                                topology.clone(),
-                                id,
-                                task_config.clone(),
-                                &mut provider,
-                            );
-                            ahead.opened(id, task.map_err(|e| e.to_string()));
-                        }
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::debug!(error = %e, "not opening local tasks ahead: no thread");
-                let mut w = warm.lock();
-                for id in &mine {
-                    w.opening.remove(id);
-                }
-                drop(w);
-                warm.changed.notify_all();
+        warm.lock().queued = ids;
+        let mut openers = warm.openers.lock().unwrap_or_else(|e| e.into_inner());
+        for n in 0..threads {
+            let opener = Opener {
+                warm: warm.clone(),
+                stores: stores.clone(),
+                topology: topology.clone(),
+                task_config: task_config.clone(),
+            };
+            match std::thread::Builder::new()
+                .name(format!("weir-warm-{n}"))
+                .spawn(move || opener.run())
+            {
+                Ok(handle) => openers.push(handle),
+                Err(e) => tracing::debug!(error = %e, "one thread fewer opens local tasks ahead"),
             }
         }
+        if openers.is_empty() {
+            // Nobody will open them: their threads open them as usual.
+            warm.lock().queued.clear();
+        }
+        drop(openers);
         warm
     }
 
     fn lock(&self) -> MutexGuard<'_, Warm> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next task to open, marked as being opened.
+    fn next(&self) -> Option<TaskId> {
+        let mut w = self.lock();
+        let id = w.queued.pop_front()?;
+        w.opening.insert(id);
+        Some(id)
     }
 
     /// Keeps (or, once closed, closes) a task an opener finished.
@@ -123,35 +144,43 @@ impl WarmTasks {
         self.changed.notify_all();
     }
 
-    /// Takes task `id` if it was opened ahead (waiting while it is being
-    /// opened); `None` when it was not, or is closed.
+    /// Takes task `id` if it was opened ahead, waiting while it is being
+    /// opened; `None` when it was not (the caller opens it), also when it
+    /// was still queued: it is not opened ahead then, so a thread never
+    /// waits for other tasks' opens.
     pub(crate) fn take(&self, id: TaskId) -> Option<TaskInstance> {
         let mut w = self.lock();
+        w.queued.retain(|&queued| queued != id);
         while w.opening.contains(&id) {
             w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
         w.open.remove(&id)
     }
 
-    /// Closes the tasks nobody took, after the opens under way end; keeps
-    /// none from then on.
+    /// Closes the tasks nobody took, after the opens under way end, and
+    /// joins the opening threads; keeps none from then on.
     pub(crate) fn close_rest(&self) {
         let mut w = self.lock();
         w.closed = true;
+        w.queued.clear();
         while !w.opening.is_empty() {
             w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
         for (id, task) in w.open.drain() {
             close(id, task);
         }
+        drop(w);
+        let openers = std::mem::take(&mut *self.openers.lock().unwrap_or_else(|e| e.into_inner()));
+        for opener in openers {
+            let _ = opener.join();
+        }
     }
 
-    /// Tasks opened ahead and not taken, once the opens under way end
-    /// (tests).
+    /// Tasks opened ahead and not taken, once the opens end (tests).
     #[cfg(test)]
     pub(crate) fn held(&self) -> Vec<TaskId> {
         let mut w = self.lock();
-        while !w.opening.is_empty() {
+        while !w.queued.is_empty() || !w.opening.is_empty() {
             w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
         let mut ids: Vec<TaskId> = w.open.keys().copied().collect();
@@ -229,6 +258,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("warm").join("7_0")).unwrap();
 
         let warm = WarmTasks::start(&stores, &topology, &task_config);
+        assert_eq!(warm.held(), vec![id(0), id(1), id(2)]);
         let taken = warm.take(id(0)).expect("task 1_0 was opened ahead");
         assert_eq!(taken.id(), id(0));
         assert!(warm.take(id(0)).is_none(), "a task is taken once");
@@ -243,5 +273,17 @@ mod tests {
         assert!(warm.take(id(2)).is_none(), "closed, not handed out");
         open(1).expect("a task closed by close_rest opens again");
         open(2).expect("a task closed by close_rest opens again");
+    }
+
+    #[test]
+    fn a_task_still_queued_is_left_to_its_thread() {
+        let warm = WarmTasks::default();
+        let id = TaskId {
+            subtopology: 0,
+            partition: 4,
+        };
+        warm.lock().queued.push_back(id);
+        assert!(warm.take(id).is_none(), "not waited for");
+        assert!(warm.lock().queued.is_empty(), "and no longer opened ahead");
     }
 }
