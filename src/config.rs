@@ -214,7 +214,9 @@ pub struct StreamsConfig {
     pub replication_factor: Option<i16>,
     /// At-least-once (default, as Kafka Streams) or exactly-once v2.
     pub processing_guarantee: ProcessingGuarantee,
-    /// How often tasks commit. Default: 100 ms under exactly-once, 30 s
+    /// How often tasks commit: at most once per interval, and at once for
+    /// the first records processed after an interval without any (a
+    /// restore, a quiet input). Default: 100 ms under exactly-once, 30 s
     /// otherwise (Kafka Streams' defaults).
     pub commit_interval_ms: Option<u64>,
     /// Root of the local state: `<state_dir>/<application_id>/<task>/<store>`.
