@@ -125,24 +125,18 @@ impl KafkaStreams {
                 state: self.state.get(),
             });
         }
-        // The local tasks open while the topics are checked and the group
-        // is joined (`warm.rs`).
         let state_dir = Arc::new(InstanceState::open(&self.config, self.metrics.clone())?);
-        let warm = WarmTasks::start(&state_dir, &self.topology, &self.task_config);
-        self.warm = Some(warm.clone());
-        let started = self.start_threads(state_dir, warm.clone());
-        if started.is_err() {
+        let started = self.start_threads(state_dir);
+        if started.is_err()
+            && let Some(warm) = self.warm.take()
+        {
             warm.close_rest();
         }
         started
     }
 
     /// [`KafkaStreams::start`] once the state directory is open.
-    fn start_threads(
-        &mut self,
-        state_dir: Arc<InstanceState>,
-        warm: Arc<WarmTasks>,
-    ) -> Result<(), StreamsError> {
+    fn start_threads(&mut self, state_dir: Arc<InstanceState>) -> Result<(), StreamsError> {
         let (layout, purger, group_protocol) = self.prepare_topics()?;
         self.config.group_protocol = group_protocol;
         self.queries
@@ -157,6 +151,10 @@ impl KafkaStreams {
         }
         task_config.globals = globals.stores;
         self.threads.extend(globals.thread);
+        // The local tasks open while the group is joined (`warm.rs`); they
+        // need the global stores, so not before those are loaded.
+        let warm = WarmTasks::start(&state_dir, &self.topology, &task_config);
+        self.warm = Some(warm.clone());
         let process_id = state_dir.process_id().to_string();
         self.state_dir = Some(state_dir.clone());
         let env = Arc::new(ThreadEnv {
