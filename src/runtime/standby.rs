@@ -385,13 +385,7 @@ fn open_task(env: &StandbyEnv, id: TaskId) -> Result<TaskInstance, StreamsError>
     if let Some(task) = env.warm.take(id) {
         return Ok(task);
     }
-    let mut provider = env.stores.provider();
-    Ok(TaskInstance::new(
-        env.topology.clone(),
-        id,
-        env.task_config.clone(),
-        &mut provider,
-    )?)
+    Ok(env.stores.open_task(&env.topology, id, &env.task_config)?)
 }
 
 /// Closes `task`, deletes its local state and opens it again, empty.

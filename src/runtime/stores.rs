@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use crate::config::StreamsConfig;
 use crate::metrics::Metrics;
 use crate::metrics::store::{MeteredKeyValueStore, MeteredSessionStore, MeteredWindowStore};
-use crate::processor::{StoreProvider, StoreSpec, TaskId};
+use crate::processor::{StoreProvider, StoreSpec, TaskConfig, TaskError, TaskId, TaskInstance};
 use crate::state::{
     KeyValueStore, RocksDbMemory, SessionStore, StateConfig, StateDirectory, StoreError,
     WindowStore, open_key_value_store, open_session_store, open_window_store,
 };
+use crate::topology::Topology;
 
 /// The locked state directory of this instance and its process id.
 pub(crate) struct InstanceState {
@@ -72,6 +73,16 @@ impl InstanceState {
     /// The task directories present in this application's directory.
     pub(crate) fn task_ids(&self) -> Result<Vec<String>, StoreError> {
         self.dir.lock().expect("state dir lock").task_ids()
+    }
+
+    /// Opens task `id` of `topology` with its stores in this directory.
+    pub(crate) fn open_task(
+        self: &Arc<Self>,
+        topology: &Arc<Topology>,
+        id: TaskId,
+        config: &TaskConfig,
+    ) -> Result<TaskInstance, TaskError> {
+        TaskInstance::new(topology.clone(), id, config.clone(), &mut self.provider())
     }
 
     /// A provider opening stores of tasks in this directory.

@@ -57,12 +57,7 @@ impl Opener {
     /// Opens queued tasks until none is left.
     fn run(self) {
         while let Some(id) = self.warm.next() {
-            let task = TaskInstance::new(
-                self.topology.clone(),
-                id,
-                self.task_config.clone(),
-                &mut self.stores.provider(),
-            );
+            let task = self.stores.open_task(&self.topology, id, &self.task_config);
             self.warm.opened(id, task.map_err(|e| e.to_string()));
         }
     }
@@ -88,9 +83,7 @@ impl WarmTasks {
                 VecDeque::new()
             }
         };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(ids.len());
+        let threads = opening_threads(ids.len());
         warm.lock().queued = ids;
         let mut openers = warm.openers.lock().unwrap_or_else(|e| e.into_inner());
         for n in 0..threads {
@@ -189,6 +182,14 @@ impl WarmTasks {
     }
 }
 
+/// Threads that open `tasks` tasks at once: one per core, at most one per
+/// task.
+pub(crate) fn opening_threads(tasks: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(tasks)
+}
+
 fn close(id: TaskId, mut task: TaskInstance) {
     tracing::debug!(task = %id, "closing a local task opened ahead: not assigned here");
     if let Err(e) = task.close() {
@@ -212,7 +213,7 @@ mod tests {
     use super::{WarmTasks, parse_task_id};
     use crate::config::StreamsConfig;
     use crate::metrics::Metrics;
-    use crate::processor::{TaskId, TaskInstance};
+    use crate::processor::TaskId;
     use crate::runtime::changelog::tests::word_count;
     use crate::runtime::stores::InstanceState;
 
@@ -243,14 +244,7 @@ mod tests {
             subtopology: 1,
             partition,
         };
-        let open = |partition| {
-            TaskInstance::new(
-                topology.clone(),
-                id(partition),
-                task_config.clone(),
-                &mut stores.provider(),
-            )
-        };
+        let open = |partition| stores.open_task(&topology, id(partition), &task_config);
         for partition in 0..3 {
             open(partition).unwrap().close().unwrap();
         }

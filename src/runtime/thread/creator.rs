@@ -16,6 +16,7 @@ use crate::processor::{TaskId, TaskInstance};
 use crate::runtime::StreamsError;
 use crate::runtime::end_of_partition::RestoreConsumer;
 use crate::runtime::restore::{RestoreBudget, RestoreFailure, SlicedRestore};
+use crate::runtime::warm::opening_threads;
 
 /// Opens active tasks for one stream thread.
 pub(crate) struct ActiveTaskCreator {
@@ -35,17 +36,22 @@ impl ActiveTaskCreator {
 
 /// Opens task `id` from this instance's state directory.
 fn open_local(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError> {
-    let mut provider = env.stores.provider();
-    TaskInstance::new(
-        env.topology.clone(),
-        id,
-        env.task_config.clone(),
-        &mut provider,
-    )
-    .map_err(StreamsError::from)
+    Ok(env.stores.open_task(&env.topology, id, &env.task_config)?)
 }
 
 impl ActiveTaskCreator {
+    /// Task `id` when it need not be opened: this instance's standby copy,
+    /// or the task opened ahead at start-up (`warm.rs`).
+    fn take_open(&self, id: TaskId) -> Option<Result<TaskInstance, StreamsError>> {
+        match self.env.standbys.claim(id) {
+            Some(standby) => {
+                tracing::info!(task = %id, "taking over the standby copy");
+                Some(standby.into_task())
+            }
+            None => self.env.warm.take(id).map(Ok),
+        }
+    }
+
     /// Queues an opened task for its restore, or gives a failed one up.
     fn opened(
         &mut self,
@@ -68,16 +74,9 @@ impl ActiveTaskCreator {
 
 impl TaskCreator for ActiveTaskCreator {
     fn create(&mut self, id: TaskId) -> Result<TaskInstance, StreamsError> {
-        let task = match self.env.standbys.claim(id) {
-            Some(standby) => {
-                tracing::info!(task = %id, "taking over the standby copy");
-                standby.into_task()
-            }
-            None => match self.env.warm.take(id) {
-                Some(task) => Ok(task),
-                None => open_local(&self.env, id),
-            },
-        };
+        let task = self
+            .take_open(id)
+            .unwrap_or_else(|| open_local(&self.env, id));
         self.opened(id, task)
     }
 
@@ -87,20 +86,10 @@ impl TaskCreator for ActiveTaskCreator {
     /// milliseconds per store, which a rebalance with many tasks otherwise
     /// spends one after another.
     fn create_all(&mut self, ids: &[TaskId]) -> Vec<Result<TaskInstance, StreamsError>> {
-        let mut tasks: Vec<Option<Result<TaskInstance, StreamsError>>> = ids
-            .iter()
-            .map(|&id| match self.env.standbys.claim(id) {
-                Some(standby) => {
-                    tracing::info!(task = %id, "taking over the standby copy");
-                    Some(standby.into_task())
-                }
-                None => self.env.warm.take(id).map(Ok),
-            })
-            .collect();
+        let mut tasks: Vec<Option<Result<TaskInstance, StreamsError>>> =
+            ids.iter().map(|&id| self.take_open(id)).collect();
         let local: Vec<usize> = (0..ids.len()).filter(|&i| tasks[i].is_none()).collect();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(local.len());
+        let threads = opening_threads(local.len());
         if threads <= 1 {
             for &i in &local {
                 tasks[i] = Some(open_local(&self.env, ids[i]));
