@@ -50,6 +50,7 @@ const KEYS: &[&str] = &[
     "commit_interval_ms",
     "state_dir",
     "state_memory_budget_bytes",
+    "state_background_commit_writes",
     "cache_max_bytes",
     "buffered_records_per_partition",
     "max_task_idle_ms",
@@ -225,6 +226,11 @@ pub struct StreamsConfig {
     /// Memory shared by all RocksDB stores of this instance (block cache and
     /// write buffers), in bytes. Default 128 MiB.
     pub state_memory_budget_bytes: u64,
+    /// Whether RocksDB stores write each commit's data on a background
+    /// thread once the transaction committed, while the stream thread goes
+    /// on (`false`: the stream thread writes it before it continues).
+    /// Default true.
+    pub state_background_commit_writes: bool,
     /// Per-instance record cache of the aggregations (`count`, `reduce`,
     /// `aggregate`), in bytes: updates of a key within a commit interval
     /// collapse into one downstream and changelog record at commit; 0
@@ -313,6 +319,7 @@ impl StreamsConfig {
             commit_interval_ms: None,
             state_dir: PathBuf::from("/tmp/weir"),
             state_memory_budget_bytes: 128 << 20,
+            state_background_commit_writes: true,
             cache_max_bytes: 10 << 20,
             buffered_records_per_partition: 1000,
             max_task_idle_ms: 0,
@@ -409,6 +416,9 @@ impl StreamsConfig {
             "commit_interval_ms" => self.commit_interval_ms = Some(parse(key, value)?),
             "state_dir" => self.state_dir = PathBuf::from(value),
             "state_memory_budget_bytes" => self.state_memory_budget_bytes = parse(key, value)?,
+            "state_background_commit_writes" => {
+                self.state_background_commit_writes = parse(key, value)?
+            }
             "cache_max_bytes" => self.cache_max_bytes = parse(key, value)?,
             "buffered_records_per_partition" => {
                 self.buffered_records_per_partition = parse(key, value)?

@@ -37,6 +37,7 @@ impl InstanceState {
             state_dir: config.state_dir.clone(),
             memory_budget_bytes: config.state_memory_budget_bytes,
             cache_max_bytes: config.cache_max_bytes,
+            background_commit_writes: config.state_background_commit_writes,
             ..StateConfig::default()
         };
         let dir = StateDirectory::open(&state_config, &config.application_id)?;

@@ -16,7 +16,11 @@
 //! * segments below the pending `min_live_segment` are invisible and take no
 //!   writes (they are expired), and `commit` drops them in the backend;
 //! * `abort` restores the overlay to empty and `min_live_segment` to the
-//!   committed one.
+//!   committed one;
+//! * while a commit's writes are [in flight](Backend::in_flight) to the
+//!   backend, they stay readable in a second, *pending* overlay between the
+//!   open writes and the backend; the next commit, a restore and `close`
+//!   wait for them first. They are committed: `abort` leaves them alone.
 
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -70,15 +74,31 @@ pub trait Backend: Send {
 
     /// Applies `writes` and `meta` atomically; afterwards drops every
     /// segment below `meta.min_live_segment`. With `durable`, the data
-    /// survives a crash of the process once `apply` returns (commits);
-    /// without, a crash may lose this and later applies, but never splits
-    /// one (restore batches, which are simply restored again).
+    /// survives a crash of the process once `apply` returns (commits), or,
+    /// when the writes are [`in_flight`](Backend::in_flight), once
+    /// [`wait`](Backend::wait) returns; without, a crash may lose this and
+    /// later applies, but never splits one (restore batches, which are
+    /// simply restored again). `meta` is this backend's metadata from the
+    /// call on.
     fn apply(
         &mut self,
         writes: &mut dyn Iterator<Item = Write<'_>>,
         meta: Meta,
         durable: bool,
     ) -> Result<(), StoreError>;
+
+    /// Whether the last `apply` is still being written in the background:
+    /// until [`wait`](Backend::wait), reads may not see its writes yet, and
+    /// [`Core`] serves them from its pending overlay.
+    fn in_flight(&self) -> bool {
+        false
+    }
+
+    /// Waits until the last `apply` is written (and its expired segments
+    /// dropped); its error, if it failed.
+    fn wait(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// An estimate of the number of committed entries.
     fn approximate_num_entries(&self) -> Result<u64, StoreError>;
@@ -138,6 +158,8 @@ pub(crate) struct Core<B> {
     pub(crate) name: String,
     pub(crate) backend: B,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The last commit's writes while the backend writes them.
+    pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     min_live_segment: i64,
     /// Restore batches were applied without flushing since the last commit.
     unflushed_restore: bool,
@@ -150,6 +172,7 @@ impl<B: Backend> Core<B> {
             name,
             backend,
             overlay: BTreeMap::new(),
+            pending: BTreeMap::new(),
             min_live_segment,
             unflushed_restore: false,
         }
@@ -163,10 +186,11 @@ impl<B: Backend> Core<B> {
         if segment < self.min_live_segment {
             return Ok(None);
         }
-        if self.overlay.is_empty() {
+        if self.overlay.is_empty() && self.pending.is_empty() {
             return self.backend.get(segment, key);
         }
-        match self.overlay.get(&overlay_key(segment, key)) {
+        let k = overlay_key(segment, key);
+        match self.overlay.get(&k).or_else(|| self.pending.get(&k)) {
             Some(v) => Ok(v.clone()),
             None => self.backend.get(segment, key),
         }
@@ -191,7 +215,6 @@ impl<B: Backend> Core<B> {
         if segment < self.min_live_segment || empty_bounds(from, to) {
             return Ok(Box::new(std::iter::empty()));
         }
-        let committed = self.backend.range(segment, from, to)?;
         let lo = match from {
             Bound::Included(k) => Bound::Included(overlay_key(segment, k)),
             Bound::Excluded(k) => Bound::Excluded(overlay_key(segment, k)),
@@ -205,11 +228,17 @@ impl<B: Backend> Core<B> {
                 None => Bound::Unbounded,
             },
         };
-        let open = self
-            .overlay
-            .range::<Vec<u8>, _>((lo, hi))
-            .map(|(k, v)| (&k[8..], v.as_deref()));
-        Ok(Box::new(MergeIter::new(committed, Box::new(open))))
+        let open = |map: &'a BTreeMap<Vec<u8>, Option<Vec<u8>>>| -> OpenIter<'a> {
+            Box::new(
+                map.range::<Vec<u8>, _>((lo.clone(), hi.clone()))
+                    .map(|(k, v)| (&k[8..], v.as_deref())),
+            )
+        };
+        let mut committed = self.backend.range(segment, from, to)?;
+        if !self.pending.is_empty() {
+            committed = Box::new(MergeIter::new(committed, open(&self.pending)));
+        }
+        Ok(Box::new(MergeIter::new(committed, open(&self.overlay))))
     }
 
     /// Live segments (committed or written in the open interval), ascending.
@@ -220,14 +249,16 @@ impl<B: Backend> Core<B> {
             .into_iter()
             .filter(|s| *s >= self.min_live_segment)
             .collect();
-        // Distinct segments of the overlay, one seek per segment.
-        let mut cursor = encode_i64(self.min_live_segment).to_vec();
-        while let Some((k, _)) = self.overlay.range(cursor.clone()..).next() {
-            let seg = decode_i64(k);
-            segs.push(seg);
-            match seg.checked_add(1) {
-                Some(next) => cursor = encode_i64(next).to_vec(),
-                None => break,
+        // Distinct segments of the overlays, one seek per segment.
+        for map in [&self.overlay, &self.pending] {
+            let mut cursor = encode_i64(self.min_live_segment).to_vec();
+            while let Some((k, _)) = map.range(cursor.clone()..).next() {
+                let seg = decode_i64(k);
+                segs.push(seg);
+                match seg.checked_add(1) {
+                    Some(next) => cursor = encode_i64(next).to_vec(),
+                    None => break,
+                }
             }
         }
         segs.sort_unstable();
@@ -250,14 +281,29 @@ impl<B: Backend> Core<B> {
         if self.overlay.is_empty() && meta == committed && !self.unflushed_restore {
             return Ok(());
         }
+        self.wait()?;
         let min_live = encode_i64(self.min_live_segment);
         let mut writes = self
             .overlay
             .range::<[u8], _>((Bound::Included(&min_live[..]), Bound::Unbounded))
             .map(|(k, v)| (decode_i64(k), &k[8..], v.as_deref()));
         self.backend.apply(&mut writes, meta, true)?;
-        self.overlay.clear();
+        if self.backend.in_flight() {
+            self.pending = std::mem::take(&mut self.overlay);
+        } else {
+            self.overlay.clear();
+        }
         self.unflushed_restore = false;
+        Ok(())
+    }
+
+    /// Waits until the last commit's writes are in the backend.
+    pub(crate) fn wait(&mut self) -> Result<(), StoreError> {
+        if self.pending.is_empty() && !self.backend.in_flight() {
+            return Ok(());
+        }
+        self.backend.wait()?;
+        self.pending.clear();
         Ok(())
     }
 
@@ -284,6 +330,7 @@ impl<B: Backend> Core<B> {
                     .into(),
             });
         }
+        self.wait()?;
         let min_live = self.min_live_segment;
         let mut live = writes.filter(|(seg, _, _)| *seg >= min_live);
         let meta = Meta {
@@ -300,8 +347,14 @@ impl<B: Backend> Core<B> {
         self.overlay.len()
     }
 
+    /// Number of committed writes still on their way to the backend.
+    pub(crate) fn pending_write_count(&self) -> usize {
+        self.pending.len()
+    }
+
     pub(crate) fn close(&mut self) -> Result<(), StoreError> {
         self.abort();
+        self.wait()?;
         self.backend.close()
     }
 }

@@ -53,6 +53,10 @@ pub struct StateConfig {
     pub cleanup_delay_ms: u64,
     /// Backend for stores that do not choose one. Default: RocksDB.
     pub default_backend: StoreBackend,
+    /// Whether a RocksDB store writes each commit's batch on a background
+    /// thread while the stream thread goes on (see
+    /// [`rocks`](super::RocksDbBackend)). Default: true.
+    pub background_commit_writes: bool,
 }
 
 impl Default for StateConfig {
@@ -67,6 +71,7 @@ impl Default for StateConfig {
             cache_max_bytes: 10 << 20,
             cleanup_delay_ms: 600_000,
             default_backend: StoreBackend::RocksDb,
+            background_commit_writes: true,
         }
     }
 }

@@ -100,6 +100,7 @@ impl<B: Backend> KeyValueStore for KvStore<B> {
     }
 
     fn approximate_num_entries(&self) -> Result<u64, StoreError> {
-        Ok(self.core.backend.approximate_num_entries()? + self.core.open_write_count() as u64)
+        let buffered = self.core.open_write_count() + self.core.pending_write_count();
+        Ok(self.core.backend.approximate_num_entries()? + buffered as u64)
     }
 }

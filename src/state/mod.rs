@@ -39,7 +39,10 @@
 //!   the unsynced tail, and point-in-time recovery then stops at the last
 //!   complete batch, whose offset matches its data. So a store always
 //!   reports the offset of the data it holds, and restores the rest from
-//!   its changelog.
+//!   its changelog. By default the batch is written by a background thread
+//!   (`background_commit_writes` in [`StateConfig`]); until it lands, the
+//!   store reads its writes from a second, pending overlay, and the next
+//!   commit, a restore, `close` and drop wait for it.
 //!
 //! A commit therefore costs one log append per store that wrote anything
 //! (commits without writes and without an offset change do not touch

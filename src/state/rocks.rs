@@ -24,6 +24,16 @@
 //!   rest from the changelog). Nothing that was not committed ever reaches
 //!   RocksDB (open writes stay in the store's overlay), so a crash never
 //!   leaves uncommitted data behind.
+//! * **Commit writes in the background** (`background_commit_writes` in
+//!   [`StateConfig`], on by default). The stream thread builds the batch;
+//!   one writer thread per [`RocksDbMemory`] writes it, while the stream
+//!   thread goes on with the next commit interval. Its transaction has
+//!   committed by then, so the batch holds committed data only; until it
+//!   lands, reads take its writes from the store's pending overlay (see
+//!   [`Backend::in_flight`]). The next commit, a restore, `close` and drop
+//!   wait for it first. A crash before it lands loses only the local copy:
+//!   the store reports the previous offset and restores the rest from the
+//!   changelog.
 //!   Restore batches skip the WAL (the changelog already holds every byte):
 //!   a crash during a restore loses at most the unflushed tail of the
 //!   restore (RocksDB flushes memtables as they fill, atomically across
@@ -56,9 +66,11 @@
 //! assert_eq!(store.get(b"k").unwrap(), Some(b"v".to_vec()));
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, mpsc};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, FlushOptions, Options,
@@ -82,6 +94,51 @@ pub struct RocksDbMemory {
     cache: Cache,
     write_buffers: WriteBufferManager,
     config: StateConfig,
+    writer: BackgroundWriter,
+}
+
+/// Work for the background writer.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The thread that writes committed batches of every store opened with one
+/// [`RocksDbMemory`] (see the module docs), started with the first batch;
+/// it ends when the memory and its stores are dropped.
+#[derive(Clone, Default)]
+struct BackgroundWriter {
+    jobs: Arc<OnceLock<Option<mpsc::Sender<Job>>>>,
+}
+
+impl BackgroundWriter {
+    /// Runs `job` on the writer thread, or here when no thread could be
+    /// started.
+    fn submit(&self, job: Job) {
+        let jobs = self.jobs.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let spawned = std::thread::Builder::new()
+                .name("weir-store-writer".into())
+                .spawn(move || {
+                    for job in rx {
+                        // A panicking job drops its reply; the store reports it.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
+                });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no store writer thread; commits write inline");
+                    None
+                }
+            }
+        });
+        match jobs {
+            Some(tx) => {
+                if let Err(mpsc::SendError(job)) = tx.send(job) {
+                    job();
+                }
+            }
+            None => job(),
+        }
+    }
 }
 
 // The budget is shared by the stream threads of one instance.
@@ -120,6 +177,7 @@ impl RocksDbMemory {
             cache,
             write_buffers,
             config: config.clone(),
+            writer: BackgroundWriter::default(),
         }
     }
 
@@ -166,13 +224,18 @@ impl std::fmt::Debug for RocksDbMemory {
 pub struct RocksDbBackend {
     name: String,
     path: PathBuf,
-    db: DB,
+    /// Shared with the background writer while a batch is in flight.
+    db: Arc<DB>,
     opts: Options,
     segmented: bool,
     segments: BTreeSet<i64>,
     meta: Meta,
     /// Restore batches were written without the WAL and not flushed yet.
     unlogged: bool,
+    /// Writes commit batches in the background when set.
+    writer: Option<BackgroundWriter>,
+    /// The outcome of the batch in flight.
+    in_flight: Option<mpsc::Receiver<Result<(), rocksdb::Error>>>,
 }
 
 fn segment_cf(segment: i64) -> String {
@@ -234,12 +297,17 @@ impl RocksDbBackend {
         let mut backend = RocksDbBackend {
             name: name.to_string(),
             path: path.to_path_buf(),
-            db,
+            db: Arc::new(db),
             opts,
             segmented,
             segments,
             meta: Meta::default(),
             unlogged: false,
+            writer: memory
+                .config
+                .background_commit_writes
+                .then(|| memory.writer.clone()),
+            in_flight: None,
         };
         backend.meta = backend.read_meta()?;
         // A crash between the flush of a commit and the drop of its expired
@@ -313,11 +381,36 @@ impl RocksDbBackend {
         })
     }
 
-    fn cf_name(&self, segment: i64) -> String {
+    fn cf_name(&self, segment: i64) -> Cow<'static, str> {
         if self.segmented {
-            segment_cf(segment)
+            Cow::Owned(segment_cf(segment))
         } else {
-            DATA_CF.to_string()
+            Cow::Borrowed(DATA_CF)
+        }
+    }
+
+    /// The database for changing column families: none may be in flight.
+    fn db_mut(&mut self) -> Result<&mut DB, StoreError> {
+        self.finish_in_flight()?;
+        Arc::get_mut(&mut self.db).ok_or_else(|| StoreError::InvalidState {
+            store: self.name.clone(),
+            message: "the store's background writer still holds it".into(),
+        })
+    }
+
+    /// Waits for the batch in flight, if any.
+    fn finish_in_flight(&mut self) -> Result<(), StoreError> {
+        let Some(reply) = self.in_flight.take() else {
+            return Ok(());
+        };
+        match reply.recv() {
+            Ok(result) => result.map_err(|e| StoreError::rocks(&self.name, e)),
+            Err(_) => Err(StoreError::InvalidState {
+                store: self.name.clone(),
+                message: "the background write of a commit failed without a result; \
+                          the store restores it from its changelog after a restart"
+                    .into(),
+            }),
         }
     }
 
@@ -334,7 +427,7 @@ impl RocksDbBackend {
             .copied()
             .collect();
         for seg in expired {
-            self.db
+            self.db_mut()?
                 .drop_cf(&segment_cf(seg))
                 .map_err(|e| StoreError::rocks(&self.name, e))?;
             self.segments.remove(&seg);
@@ -412,16 +505,25 @@ impl Backend for RocksDbBackend {
         meta: Meta,
         durable: bool,
     ) -> Result<(), StoreError> {
+        self.finish_in_flight()?;
+        self.drop_expired()?;
         let mut batch = WriteBatch::default();
+        // Writes come in segment order: one column family lookup per segment.
+        let mut current: Option<(i64, Cow<'static, str>)> = None;
         for (segment, key, value) in writes {
-            let name = self.cf_name(segment);
-            if self.db.cf_handle(&name).is_none() {
-                self.db
-                    .create_cf(&name, &self.opts)
-                    .map_err(|e| StoreError::rocks(&self.name, e))?;
-                self.segments.insert(segment);
+            if current.as_ref().is_none_or(|(s, _)| *s != segment) {
+                let name = self.cf_name(segment);
+                if self.db.cf_handle(&name).is_none() {
+                    let opts = self.opts.clone();
+                    self.db_mut()?
+                        .create_cf(&*name, &opts)
+                        .map_err(|e| StoreError::rocks(&self.name, e))?;
+                    self.segments.insert(segment);
+                }
+                current = Some((segment, name));
             }
-            let cf = self.db.cf_handle(&name).expect("created above");
+            let (_, name) = current.as_ref().expect("set above");
+            let cf = self.db.cf_handle(name).expect("created above");
             match value {
                 Some(v) => batch.put_cf(cf, key, v),
                 None => batch.delete_cf(cf, key),
@@ -446,9 +548,24 @@ impl Backend for RocksDbBackend {
         let logged = durable && !self.unlogged;
         let mut wo = WriteOptions::default();
         wo.disable_wal(!logged);
-        self.db
-            .write_opt(batch, &wo)
-            .map_err(|e| StoreError::rocks(&self.name, e))?;
+        match (&self.writer, logged) {
+            (Some(writer), true) => {
+                let (reply, result) = mpsc::sync_channel(1);
+                let db = Arc::clone(&self.db);
+                writer.submit(Box::new(move || {
+                    let written = db.write_opt(batch, &wo);
+                    // Released before the reply, so that `db_mut` finds
+                    // the database unshared once the reply arrived.
+                    drop(db);
+                    let _ = reply.send(written);
+                }));
+                self.in_flight = Some(result);
+            }
+            _ => self
+                .db
+                .write_opt(batch, &wo)
+                .map_err(|e| StoreError::rocks(&self.name, e))?,
+        }
         if durable && !logged {
             let names = self.cf_names();
             let cfs: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
@@ -460,6 +577,18 @@ impl Backend for RocksDbBackend {
         }
         self.unlogged = !durable;
         self.meta = meta;
+        if self.in_flight.is_none() {
+            self.drop_expired()?;
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    fn wait(&mut self) -> Result<(), StoreError> {
+        self.finish_in_flight()?;
         self.drop_expired()
     }
 
@@ -475,6 +604,16 @@ impl Backend for RocksDbBackend {
             }
         }
         Ok(total)
+    }
+}
+
+impl Drop for RocksDbBackend {
+    /// Waits for the batch in flight, so the database is closed (and its
+    /// lock released) when the drop returns.
+    fn drop(&mut self) {
+        if let Err(e) = self.finish_in_flight() {
+            tracing::warn!(store = %self.name, error = %e, "background commit write failed");
+        }
     }
 }
 
@@ -534,5 +673,124 @@ impl KvStore<RocksDbBackend> {
         let name = name.into();
         let backend = RocksDbBackend::open(path, &name, memory, false)?;
         Ok(KvStore::with_backend(Core::new(name, backend)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{KeyValueStore, StateStore};
+
+    /// Occupies the memory's writer thread until the returned sender is
+    /// dropped, so the next commit stays in flight.
+    fn hold_writer(memory: &RocksDbMemory) -> mpsc::Sender<()> {
+        let (release, held) = mpsc::channel::<()>();
+        let (started, running) = mpsc::channel();
+        memory.writer.submit(Box::new(move || {
+            let _ = started.send(());
+            let _ = held.recv();
+        }));
+        running.recv().unwrap();
+        release
+    }
+
+    fn all(store: &RocksDbKeyValueStore) -> Vec<(String, String)> {
+        store
+            .all()
+            .unwrap()
+            .map(|kv| {
+                let (k, v) = kv.unwrap();
+                (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap())
+            })
+            .collect()
+    }
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reads_see_a_commit_whose_write_is_still_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = RocksDbMemory::new(&StateConfig::default());
+        let mut store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        for (k, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            store.put(k.as_bytes(), v.as_bytes()).unwrap();
+        }
+        store.commit(Some(1)).unwrap();
+
+        let release = hold_writer(&memory);
+        store.put(b"a", b"10").unwrap();
+        store.delete(b"b").unwrap();
+        store.put(b"d", b"4").unwrap();
+        store.commit(Some(2)).unwrap();
+        assert!(store.backend().in_flight());
+        // RocksDB still holds the first commit only ...
+        assert_eq!(store.backend().get(0, b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(store.backend().get(0, b"d").unwrap(), None);
+        // ... and the store reads the second one from its pending writes.
+        assert_eq!(store.committed_offset(), Some(2));
+        assert_eq!(store.get(b"a").unwrap(), Some(b"10".to_vec()));
+        assert_eq!(store.get(b"b").unwrap(), None);
+        assert_eq!(all(&store), pairs(&[("a", "10"), ("c", "3"), ("d", "4")]));
+        // Open writes go over the pending ones; an abort drops only them.
+        store.put(b"c", b"30").unwrap();
+        store.put(b"b", b"20").unwrap();
+        assert_eq!(
+            all(&store),
+            pairs(&[("a", "10"), ("b", "20"), ("c", "30"), ("d", "4")])
+        );
+        store.abort();
+        assert_eq!(all(&store), pairs(&[("a", "10"), ("c", "3"), ("d", "4")]));
+        store.put(b"c", b"30").unwrap();
+
+        drop(release);
+        // The next commit waits for the one in flight first.
+        store.commit(Some(3)).unwrap();
+        drop(store);
+        let store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        assert_eq!(store.committed_offset(), Some(3));
+        assert_eq!(all(&store), pairs(&[("a", "10"), ("c", "30"), ("d", "4")]));
+    }
+
+    #[test]
+    fn dropping_a_store_waits_for_its_write_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = RocksDbMemory::new(&StateConfig::default());
+        let mut store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        let release = hold_writer(&memory);
+        store.put(b"k", b"v").unwrap();
+        store.commit(Some(7)).unwrap();
+        assert!(store.backend().in_flight());
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(release);
+        });
+        drop(store);
+        // Reopening needs RocksDB's lock: the write has landed and the
+        // database is closed.
+        let store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        assert_eq!(store.committed_offset(), Some(7));
+        assert_eq!(store.get(b"k").unwrap(), Some(b"v".to_vec()));
+        releaser.join().unwrap();
+    }
+
+    #[test]
+    fn without_background_writes_a_commit_lands_before_it_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            background_commit_writes: false,
+            ..StateConfig::default()
+        };
+        let memory = RocksDbMemory::new(&config);
+        let mut store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        let _held = hold_writer(&memory);
+        store.put(b"k", b"v").unwrap();
+        store.commit(Some(1)).unwrap();
+        assert!(!store.backend().in_flight());
+        assert_eq!(store.backend().get(0, b"k").unwrap(), Some(b"v".to_vec()));
     }
 }
