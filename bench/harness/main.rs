@@ -241,7 +241,7 @@ struct ReportArgs {
     /// Longest a throughput phase may take.
     #[arg(long, env = "BENCH_TIMEOUT_SECS", default_value_t = 300)]
     timeout_secs: u64,
-    /// Systems: weir[:threads], raw, kstreams[:threads].
+    /// Systems: weir[:threads][+KEY=VALUE...] (a Weir variant with settings), raw, kstreams[:threads].
     #[arg(
         long,
         env = "BENCH_SYSTEMS",

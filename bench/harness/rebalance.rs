@@ -286,6 +286,7 @@ impl Bench<'_> {
         let system = System {
             kind: self.kind.clone(),
             threads: 1,
+            settings: Vec::new(),
         };
         run::spawn(&self.settings(), &system, &args, &log)
     }

@@ -402,6 +402,7 @@ pub fn run(a: &RestoreArgs) -> Result<()> {
                 system: System {
                     kind: if s == "weir" { "weir" } else { "kstreams" }.to_string(),
                     threads: 1,
+                    settings: Vec::new(),
                 },
                 args: RunArgs {
                     workload: "count".to_string(),

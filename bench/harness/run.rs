@@ -65,28 +65,56 @@ pub struct System {
     /// `weir`, `raw` or `kstreams`.
     pub kind: String,
     pub threads: usize,
+    /// Weir settings of this variant (`weir:1+KEY=VALUE+...`), to compare
+    /// a setting side by side with the defaults in one run.
+    pub settings: Vec<(String, String)>,
 }
 
 impl System {
     pub fn parse(s: &str) -> Result<Self> {
-        let (kind, threads) = match s.split_once(':') {
+        let mut parts = s.split('+');
+        let head = parts.next().unwrap_or_default();
+        let (kind, threads) = match head.split_once(':') {
             Some((k, t)) => (k, t.parse().context("thread count")?),
-            None => (s, 1),
+            None => (head, 1),
         };
         if !["weir", "raw", "kstreams"].contains(&kind) {
-            bail!("unknown system {kind}; use weir[:threads], raw, kstreams[:threads]");
+            bail!(
+                "unknown system {kind}; use weir[:threads][+KEY=VALUE...], raw, kstreams[:threads]"
+            );
+        }
+        let settings = parts
+            .map(|p| {
+                p.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .with_context(|| format!("system {s}: expected KEY=VALUE after '+', got {p}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !settings.is_empty() && kind != "weir" {
+            bail!("system {s}: only Weir takes settings");
         }
         Ok(System {
             kind: kind.to_string(),
             threads,
+            settings,
         })
     }
 
     pub fn label(&self) -> String {
-        match self.kind.as_str() {
+        let base = match self.kind.as_str() {
             "raw" => "raw rdkafka loop".to_string(),
             "weir" => format!("Weir {}t", self.threads),
             _ => format!("Kafka Streams {}t", self.threads),
+        };
+        let settings: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if settings.is_empty() {
+            base
+        } else {
+            format!("{base} ({})", settings.join(", "))
         }
     }
 }
@@ -590,7 +618,7 @@ pub fn run(
         app_id,
         instance_id: None,
         kstreams_props: Vec::new(),
-        weir_config: Vec::new(),
+        weir_config: system.settings.clone(),
     };
     let result = measure(settings, system, &args, &mut outcome);
     if let Err(e) = result {
