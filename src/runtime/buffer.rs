@@ -34,7 +34,10 @@
 //!   are kept (never dropped).
 //! * Buffers belong to one consumer generation: a rebalance or a rewind
 //!   clears them (the consumer fetches those records again from the
-//!   committed offsets) and lifts every pause.
+//!   committed offsets) and lifts every pause, of partitions still
+//!   assigned or not: librdkafka keeps an application's pause through an
+//!   unassign and a later assign, so a pause not lifted when its queue goes
+//!   would stop the partition for good once it is assigned again.
 //! * Within a generation a partition's offsets only grow: a record whose
 //!   offset is below the next one expected was taken already (the
 //!   consumer delivered it again) and is refused ([`Push::Again`]), so a

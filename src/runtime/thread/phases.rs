@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::{Message, TopicPartitionList};
@@ -388,19 +388,15 @@ fn buffer_assignment(t: &StreamThread) -> impl Iterator<Item = (TaskId, String, 
 
 /// Updates the buffers to an incrementally changed assignment (records of
 /// kept partitions stay; those of `dropped` go) and lifts the pauses of
-/// dropped partitions assigned again.
+/// the paused partitions whose queues went.
 fn update_buffers<M: Buffered>(
     t: &StreamThread,
     buffers: &mut TaskBuffers<M>,
     consumer: &BaseConsumer<RebalanceContext>,
     dropped: &[(String, i32)],
 ) {
-    let paused = buffers.update(buffer_assignment(t), dropped);
-    let assigned: Vec<(String, i32)> = paused
-        .into_iter()
-        .filter(|p| t.assignment.contains(p))
-        .collect();
-    set_paused(consumer, &assigned, false);
+    let gone = buffers.update(buffer_assignment(t), dropped);
+    lift_pauses(consumer, &gone);
 }
 
 /// Empties the buffers for the thread's current assignment and lifts the
@@ -410,12 +406,21 @@ fn reset_buffers<M: Buffered>(
     buffers: &mut TaskBuffers<M>,
     consumer: &BaseConsumer<RebalanceContext>,
 ) {
-    let paused = buffers.reset(buffer_assignment(t));
-    let assigned: Vec<(String, i32)> = paused
-        .into_iter()
-        .filter(|p| t.assignment.contains(p))
-        .collect();
-    set_paused(consumer, &assigned, false);
+    let gone = buffers.reset(buffer_assignment(t));
+    lift_pauses(consumer, &gone);
+}
+
+/// Resumes the partitions whose paused queues went in a reset or an
+/// update of the buffers, assigned or not. librdkafka keeps an
+/// application's pause through an unassign and a later assign
+/// (`rd_kafka_assignment_add` lifts only its own, library pause): a
+/// partition paused at the bound, revoked (an assignment lost while
+/// recovering) and assigned again after the buffers were rebuilt without
+/// it would stay paused under a fresh, unpaused queue and never be fetched
+/// again, its tasks' output stopped for good (seen on a 3-broker cluster,
+/// `cluster_failover`).
+fn lift_pauses<C: ConsumerContext>(consumer: &BaseConsumer<C>, gone: &[(String, i32)]) {
+    set_paused(consumer, gone, false);
 }
 
 /// Wakes the consumer's broker threads once the partitions kept through
@@ -442,8 +447,8 @@ fn wake_fetchers(consumer: &BaseConsumer<RebalanceContext>, partitions: &[(Strin
 }
 
 /// Pauses (or resumes) fetching of `partitions`.
-fn set_paused(
-    consumer: &BaseConsumer<RebalanceContext>,
+fn set_paused<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     partitions: &[(String, i32)],
     pause: bool,
 ) {
@@ -477,4 +482,82 @@ fn convert_headers(headers: &rdkafka::message::BorrowedHeaders) -> Headers {
         out.add(header.key, header.value.map(<[u8]>::to_vec));
     }
     out
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use rdkafka::Offset;
+    use rdkafka::consumer::DefaultConsumerContext;
+
+    use super::*;
+    use crate::runtime::buffer::BufferStats;
+
+    struct Rec;
+
+    impl Buffered for Rec {
+        fn timestamp_ms(&self) -> i64 {
+            0
+        }
+    }
+
+    /// The first record `consumer` fetches within `timeout`, if any.
+    fn poll_one(consumer: &BaseConsumer<DefaultConsumerContext>, timeout: Duration) -> Option<i64> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                return Some(m.offset());
+            }
+        }
+        None
+    }
+
+    /// Needs the real broker (librdkafka's pause flags are the subject):
+    /// a partition paused at the buffer bound, revoked, and assigned again
+    /// after the buffers were rebuilt without it is fetched again.
+    #[test]
+    fn a_partition_paused_when_revoked_is_fetched_once_assigned_again() {
+        let broker = crate::testing::broker();
+        let topic = crate::testing::unique_name("paused-revoked");
+        broker.create_topics(&[(&topic, 1)]);
+        broker.produce(&topic, (0..10).map(|i| (None::<&[u8]>, format!("r{i}"))));
+        let consumer: BaseConsumer<DefaultConsumerContext> = broker
+            .client_config()
+            .set("group.id", crate::testing::unique_name("paused-revoked"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("creating the consumer");
+        let assign = || {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+                .unwrap();
+            consumer.assign(&tpl).expect("assigning");
+        };
+        let task = TaskId {
+            subtopology: 0,
+            partition: 0,
+        };
+        let stats = BufferStats::default();
+        let mut buffers: TaskBuffers<Rec> = TaskBuffers::new(1, Duration::ZERO);
+
+        assign();
+        lift_pauses(&consumer, &buffers.reset([(task, topic.clone(), 0)]));
+        assert_eq!(poll_one(&consumer, Duration::from_secs(20)), Some(0));
+        assert_eq!(buffers.push(task, &topic, 0, Rec), Push::Buffered);
+        let full = buffers.take_full(&stats);
+        assert_eq!(full, vec![(topic.clone(), 0)], "one record fills the bound");
+        set_paused(&consumer, &full, true);
+
+        // The assignment is lost and the buffers are rebuilt meanwhile
+        // (the thread recovered between the revocation and the assignment).
+        consumer.unassign().expect("unassigning");
+        lift_pauses(&consumer, &buffers.reset(std::iter::empty()));
+        assign();
+        lift_pauses(&consumer, &buffers.reset([(task, topic.clone(), 0)]));
+
+        assert_eq!(
+            poll_one(&consumer, Duration::from_secs(20)),
+            Some(0),
+            "the partition assigned again is fetched from the start (it stayed paused)"
+        );
+    }
 }
