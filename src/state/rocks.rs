@@ -16,7 +16,8 @@
 //!   family together) with RocksDB's write-ahead log on and `sync` off: the
 //!   write is an append to the log file in the OS page cache, so a commit
 //!   costs no memtable flush and creates no small SST file. A killed process
-//!   loses nothing (the kernel still writes the page cache out), and RocksDB
+//!   loses no batch written (the kernel still writes the page cache out;
+//!   for one still in flight see the next point), and RocksDB
 //!   replays the log on open. A machine crash may lose the log's unsynced
 //!   tail; RocksDB's default point-in-time recovery then stops at the last
 //!   complete batch, and since each batch holds its own offset the store
