@@ -455,3 +455,32 @@ fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after()
     );
     assert_eq!(healed.stop(), Some(0), "{}", tail(&log));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_topic_created_just_after_the_start_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let late = common::unique_topic("late-source");
+    let mut app = KafkaStreams::new(
+        passthrough(&[&late], &common::unique_topic("late-out")),
+        config(
+            &common::unique_topic("late"),
+            &common::bootstrap(),
+            dir.path(),
+        ),
+    )
+    .unwrap();
+    let starting = tokio::task::spawn_blocking(move || {
+        let started = app.start();
+        app.close(Duration::from_secs(30));
+        started
+    });
+    // Created while start-up already looked for it (a broker whose
+    // metadata lags a topic just created looks the same).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    common::create_topics(&[(&late, 2)]).await;
+    let started = starting.await.unwrap();
+    assert!(
+        started.is_ok(),
+        "start-up waits a few seconds for a missing source topic: {started:?}"
+    );
+}

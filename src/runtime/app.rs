@@ -187,8 +187,24 @@ impl KafkaStreams {
     fn prepare_topics(&self) -> Result<(TopicLayout, Purger, GroupProtocol), StreamsError> {
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
-        let existing =
+        let mut existing =
             topics::wait_for_cluster(&metadata, Duration::from_millis(config.startup_timeout_ms))?;
+        // A topic created just before the start may not be in the answering
+        // broker's metadata yet (seen in a 3-broker chaos run): a missing
+        // source topic is asked for again for a few seconds before it fails.
+        let asked = Instant::now();
+        let layout = loop {
+            match topics::plan(&self.topology, &config.application_id, &existing) {
+                Err(StreamsError::MissingSourceTopic { topic })
+                    if asked.elapsed() < MISSING_SOURCE_GRACE =>
+                {
+                    tracing::info!(%topic, "source topic not in the cluster metadata yet; asking again");
+                    std::thread::sleep(Duration::from_millis(500));
+                    existing = topics::partition_counts(&metadata, Duration::from_secs(5))?;
+                }
+                planned => break planned?,
+            }
+        };
         if let Some(topic) = &config.shed_topic
             && !existing.contains_key(topic)
         {
@@ -197,7 +213,6 @@ impl KafkaStreams {
                 format!("topic '{topic}' does not exist; create it before starting"),
             )));
         }
-        let layout = topics::plan(&self.topology, &config.application_id, &existing)?;
         let admin = super::clients::admin(config)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -509,6 +524,10 @@ fn end_offsets(
             .collect()
     }))
 }
+
+/// How long start-up asks again for a source topic missing from the
+/// cluster metadata before it fails ([`StreamsError::MissingSourceTopic`]).
+const MISSING_SOURCE_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a static member whose instance id is still held asks again.
 const UNRELEASED_RETRY: Duration = Duration::from_secs(1);
