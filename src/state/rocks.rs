@@ -510,21 +510,24 @@ impl Backend for RocksDbBackend {
         self.drop_expired()?;
         let mut batch = WriteBatch::default();
         // Writes come in segment order: one column family lookup per segment.
-        let mut current: Option<(i64, Cow<'static, str>)> = None;
+        let mut current: Option<(i64, &rocksdb::ColumnFamily)> = None;
         for (segment, key, value) in writes {
-            if current.as_ref().is_none_or(|(s, _)| *s != segment) {
-                let name = self.cf_name(segment);
-                if self.db.cf_handle(&name).is_none() {
-                    let opts = self.opts.clone();
-                    self.db_mut()?
-                        .create_cf(&*name, &opts)
-                        .map_err(|e| StoreError::rocks(&self.name, e))?;
-                    self.segments.insert(segment);
+            let cf = match current {
+                Some((s, cf)) if s == segment => cf,
+                _ => {
+                    let name = self.cf_name(segment);
+                    if self.db.cf_handle(&name).is_none() {
+                        let opts = self.opts.clone();
+                        self.db_mut()?
+                            .create_cf(&*name, &opts)
+                            .map_err(|e| StoreError::rocks(&self.name, e))?;
+                        self.segments.insert(segment);
+                    }
+                    let cf = self.db.cf_handle(&name).expect("created above");
+                    current = Some((segment, cf));
+                    cf
                 }
-                current = Some((segment, name));
-            }
-            let (_, name) = current.as_ref().expect("set above");
-            let cf = self.db.cf_handle(name).expect("created above");
+            };
             match value {
                 Some(v) => batch.put_cf(cf, key, v),
                 None => batch.delete_cf(cf, key),
