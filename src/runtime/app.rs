@@ -187,8 +187,8 @@ impl KafkaStreams {
     fn prepare_topics(&self) -> Result<(TopicLayout, Purger, GroupProtocol), StreamsError> {
         let config = &self.config;
         let metadata = super::clients::metadata_client(config)?;
-        let mut existing =
-            topics::wait_for_cluster(&metadata, Duration::from_millis(config.startup_timeout_ms))?;
+        let startup_timeout = Duration::from_millis(config.startup_timeout_ms);
+        let mut existing = topics::wait_for_cluster(&metadata, startup_timeout)?;
         // A topic created just before the start may not be in the answering
         // broker's metadata yet (seen in a 3-broker chaos run): a missing
         // source topic is asked for again for a few seconds before it fails.
@@ -200,7 +200,7 @@ impl KafkaStreams {
                 {
                     tracing::info!(%topic, "source topic not in the cluster metadata yet; asking again");
                     std::thread::sleep(Duration::from_millis(500));
-                    existing = topics::partition_counts(&metadata, Duration::from_secs(5))?;
+                    existing = topics::wait_for_cluster(&metadata, startup_timeout)?;
                 }
                 planned => break planned?,
             }
