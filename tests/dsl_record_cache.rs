@@ -2,14 +2,22 @@
 //! and commits after every input record: the updates one input record
 //! causes collapse to one output and one changelog record per key, with the
 //! record's timestamp; a full budget sends everything through at once; a
-//! store that a join also reads is not cached. (On
+//! store that a join also reads is not cached; a key's aggregate stays in
+//! the cache after a commit, so it is read from the store once. (On
 //! the broker, the runtime tests count exactly with the cache on, as it is
 //! by default.)
 
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
+use weir::processor::{StoreSpec, TaskId};
 use weir::serdes::{I64Serde, OptionSerde, StringSerde, UnitSerde};
+use weir::state::{
+    ChangelogRecord, InMemoryKeyValueStore, KeyValueStore, KvIter, StateStore, StoreError,
+};
 use weir::topology::{Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, Topology};
 use weir::windows::{TimeWindows, Windowed, WindowedSerde};
 
@@ -201,4 +209,106 @@ fn a_store_another_processor_reads_is_not_cached() {
     let probed = TestOutputTopic::new("probed", StringSerde, I64Serde);
     driver.pipe(&probes, s("a"), s("?"), 6).unwrap();
     assert_eq!(driver.read_key_values(&probed).unwrap(), vec![(s("a"), 3)]);
+}
+
+/// An in-memory store that counts its point reads.
+struct CountingStore {
+    inner: InMemoryKeyValueStore,
+    gets: Arc<AtomicUsize>,
+}
+
+impl StateStore for CountingStore {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn commit(&mut self, changelog_offset: Option<i64>) -> Result<(), StoreError> {
+        self.inner.commit(changelog_offset)
+    }
+    fn abort(&mut self) {
+        self.inner.abort()
+    }
+    fn committed_offset(&self) -> Option<i64> {
+        self.inner.committed_offset()
+    }
+    fn restore_batch(
+        &mut self,
+        records: &[ChangelogRecord<'_>],
+        changelog_offset: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.restore_batch(records, changelog_offset)
+    }
+}
+
+impl KeyValueStore for CountingStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key)
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.inner.put(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.delete(key)
+    }
+    fn range<'a>(&'a self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<KvIter<'a>, StoreError> {
+        self.inner.range(from, to)
+    }
+    fn prefix_scan<'a>(&'a self, prefix: &[u8]) -> Result<KvIter<'a>, StoreError> {
+        self.inner.prefix_scan(prefix)
+    }
+    fn approximate_num_entries(&self) -> Result<u64, StoreError> {
+        self.inner.approximate_num_entries()
+    }
+}
+
+/// Word count over counting stores; the driver commits after every line.
+fn counted_word_count(cache_max_bytes: u64, lines: &[&str]) -> (Vec<(String, Option<i64>)>, usize) {
+    let gets = Arc::new(AtomicUsize::new(0));
+    let mut provider = {
+        let gets = gets.clone();
+        move |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
+            Ok(Box::new(CountingStore {
+                inner: InMemoryKeyValueStore::new(spec.name),
+                gets: gets.clone(),
+            }))
+        }
+    };
+    let config = DriverConfig::new("wc").with_cache_max_bytes(cache_max_bytes);
+    let mut driver =
+        TopologyTestDriver::with_store_provider(word_count(), config, &mut provider).unwrap();
+    let input = TestInputTopic::new("text-lines", UnitSerde, StringSerde);
+    let counts = TestOutputTopic::new("word-counts", StringSerde, OptionSerde::new(I64Serde));
+    for (i, line) in lines.iter().enumerate() {
+        driver
+            .pipe(&input, (), s(line), 1_000 * (i as i64 + 1))
+            .unwrap();
+    }
+    let out = driver.read_key_values(&counts).unwrap();
+    (out, gets.load(Ordering::Relaxed))
+}
+
+#[test]
+fn a_cached_key_is_read_from_the_store_once_across_commits() {
+    let lines = ["hello world", "hello", "hello world"];
+    let expected = vec![
+        (s("hello"), Some(1)),
+        (s("world"), Some(1)),
+        (s("hello"), Some(2)),
+        (s("hello"), Some(3)),
+        (s("world"), Some(2)),
+    ];
+    // With the cache the aggregates of "hello" and "world" stay in it,
+    // clean, after each commit: two reads in all.
+    let (out, gets) = counted_word_count(10 << 20, &lines);
+    assert_eq!(out, expected);
+    assert_eq!(gets, 2, "one store read per key");
+    // Without it every update reads the store.
+    let (out, gets) = counted_word_count(0, &lines);
+    assert_eq!(out, expected);
+    assert_eq!(gets, 5);
+    // A budget that fits no entry drops each one at its flush: every first
+    // update of a key in a commit interval reads the store again.
+    let (out, gets) = counted_word_count(1, &lines);
+    assert_eq!(out, expected);
+    assert_eq!(gets, 5);
 }

@@ -14,6 +14,11 @@
 //! value as of the previous flush and the timestamp and headers of the
 //! key's latest update — Kafka Streams' caching, which collapses the
 //! downstream and changelog records of a commit interval to one per key.
+//! After a commit's flush the cache keeps each key's aggregate, now clean
+//! (what the store holds), while the instance's budget allows, so a key
+//! updated again in the next interval is not read back from the store;
+//! clean entries are the first to go when the budget fills, and an abort
+//! drops them with the rest, as the store rolls back.
 //!
 //! A store read by another processor (a join reading the table) is not
 //! cached, so readers never miss an update that is only in the cache.
@@ -49,9 +54,24 @@ pub(crate) struct Held<T, A> {
     pub(crate) old: Option<A>,
     pub(crate) timestamp: i64,
     pub(crate) headers: Headers,
+    /// Updated since the last flush (a clean entry holds what the store
+    /// holds and is not flushed again).
+    pub(crate) dirty: bool,
 }
 
 impl<T, A> Held<T, A> {
+    /// A held update of a key not in the cache.
+    pub(crate) fn new(key: T, value: A, old: Option<A>, timestamp: i64, headers: Headers) -> Self {
+        Held {
+            key,
+            value: Some(value),
+            old,
+            timestamp,
+            headers,
+            dirty: true,
+        }
+    }
+
     /// Applies `f` to the held aggregate; `timestamp` becomes the latest
     /// update time. When `f` fails the held aggregate stays as it was.
     pub(crate) fn update(
@@ -63,6 +83,7 @@ impl<T, A> Held<T, A> {
             Ok(value) => {
                 self.value = Some(value);
                 self.timestamp = timestamp;
+                self.dirty = true;
                 Ok(())
             }
             Err(failed) => {
@@ -107,18 +128,41 @@ impl<T, A> UpdateCache<T, A> {
         self.entries.get_mut(id)
     }
 
-    /// Holds `entry`; returns whether the budget is now full (flush then).
+    /// Holds `entry`; returns whether the budget is still full after this
+    /// cache dropped its clean entries (flush then).
     pub(crate) fn insert(&mut self, id: Vec<u8>, entry: Held<T, A>) -> bool {
         let bytes = entry_bytes::<T, A>(id.len());
         self.entries.insert(id, entry);
         self.charged += bytes;
-        self.budget.as_ref().is_some_and(|b| b.charge(bytes))
+        let Some(budget) = &self.budget else {
+            return false;
+        };
+        if !budget.charge(bytes) {
+            return false;
+        }
+        self.drop_clean();
+        self.budget.as_ref().is_some_and(|b| b.over())
     }
 
-    /// Drops every held update (the task aborted or closes).
+    /// Drops every held entry (the task aborted or closes).
     pub(crate) fn discard(&mut self) {
         self.release();
         self.entries.clear();
+    }
+
+    /// Drops the clean entries, releasing their charge.
+    fn drop_clean(&mut self) {
+        let mut freed = 0;
+        self.entries.retain(|id, e| {
+            if !e.dirty {
+                freed += entry_bytes::<T, A>(id.len());
+            }
+            e.dirty
+        });
+        self.charged -= freed;
+        if let Some(budget) = &self.budget {
+            budget.release(freed);
+        }
     }
 
     fn release(&mut self) {
@@ -130,31 +174,33 @@ impl<T, A> UpdateCache<T, A> {
 }
 
 impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
-    /// Empties the cache in id order: `write` puts each held aggregate into
-    /// the store (logging it with the update's timestamp), then it goes
-    /// downstream as `Change { new, old }`. Stops at the first error.
+    /// Flushes the updated entries in id order: `write` puts each one's
+    /// aggregate into the store (logging it with the update's timestamp),
+    /// then it goes downstream as `Change { new, old }`. The entries stay,
+    /// clean, unless the instance's budget is over its maximum (then the
+    /// cache empties). Stops at the first error, dropping every entry.
     pub(crate) fn flush(
         &mut self,
         ctx: &ProcessorContext<'_, T, Change<A>>,
         mut write: impl FnMut(&T, &A) -> Result<(), ProcessorError>,
     ) -> Result<(), ProcessorError> {
-        self.release();
-        let entries = std::mem::take(&mut self.entries);
         let previous = ctx.replace_timestamp(ctx.timestamp());
         let mut result = Ok(());
-        for e in entries.into_values() {
-            let new = e.value.expect("a held entry has a value");
+        for e in self.entries.values_mut().filter(|e| e.dirty) {
+            let new = e.value.clone().expect("a held entry has a value");
             // The changelog record carries the latest update's timestamp.
             ctx.replace_timestamp(e.timestamp);
             result = write(&e.key, &new).and_then(|()| {
+                let old = e.old.replace(new.clone());
+                e.dirty = false;
                 ctx.forward(Record {
-                    key: e.key,
+                    key: e.key.clone(),
                     value: Change {
                         new: Some(new),
-                        old: e.old,
+                        old,
                     },
                     timestamp: e.timestamp,
-                    headers: e.headers,
+                    headers: std::mem::take(&mut e.headers),
                 })
             });
             if result.is_err() {
@@ -162,6 +208,9 @@ impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
             }
         }
         ctx.replace_timestamp(previous);
+        if result.is_err() || self.budget.as_ref().is_none_or(|b| b.over()) {
+            self.discard();
+        }
         result
     }
 }
@@ -286,13 +335,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Processor
         }
         let old = kv.get(&r.key)?;
         let new = (self.f)(&r.key, r.value, old.clone()).map_err(|f| f.error)?;
-        let held = Held {
-            key: r.key,
-            value: Some(new),
-            old,
-            timestamp: r.timestamp,
-            headers: r.headers,
-        };
+        let held = Held::new(r.key, new, old, r.timestamp, r.headers);
         if self.cache.insert(self.key_buf.clone(), held) {
             self.flush(ctx)?;
         }

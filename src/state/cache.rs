@@ -55,6 +55,11 @@ impl CacheBudget {
         self.used.fetch_add(bytes, Ordering::Relaxed) + bytes > self.max_bytes
     }
 
+    /// Whether the total is over the maximum now.
+    pub fn over(&self) -> bool {
+        self.used_bytes() > self.max_bytes
+    }
+
     /// Releases `bytes` charged before.
     pub fn release(&self, bytes: u64) {
         self.used.fetch_sub(bytes, Ordering::Relaxed);

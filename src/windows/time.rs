@@ -286,13 +286,13 @@ where
                 }
                 let old = store.fetch(&r.key, window.start_ms)?;
                 let new = (self.f)(&r.key, r.value.clone(), old.clone()).map_err(|f| f.error)?;
-                let held = Held {
-                    key: Windowed::new(r.key.clone(), window.start_ms, window.end_ms),
-                    value: Some(new),
+                let held = Held::new(
+                    Windowed::new(r.key.clone(), window.start_ms, window.end_ms),
+                    new,
                     old,
-                    timestamp: r.timestamp,
-                    headers: Headers::new(),
-                };
+                    r.timestamp,
+                    Headers::new(),
+                );
                 if self.cache.insert(id, held) {
                     self.flush(ctx)?;
                 }
