@@ -23,7 +23,7 @@
 //! A store read by another processor (a join reading the table) is not
 //! cached, so readers never miss an update that is only in the cache.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::serdes::SharedSerde;
@@ -95,11 +95,11 @@ impl<T, A> Held<T, A> {
 }
 
 /// The held updates of one caching node, charged to the instance's budget.
-/// Ids are the serialized store key (plus window start), so a flush runs in
-/// store order.
+/// Ids are the serialized store key (plus window start); a lookup hashes
+/// the id, and a flush sorts the updated ids, so it runs in store order.
 pub(crate) struct UpdateCache<T, A> {
     budget: Option<Arc<CacheBudget>>,
-    entries: BTreeMap<Vec<u8>, Held<T, A>>,
+    entries: HashMap<Vec<u8>, Held<T, A>>,
     /// Bytes charged to the budget for `entries`.
     charged: u64,
 }
@@ -108,7 +108,7 @@ impl<T, A> Default for UpdateCache<T, A> {
     fn default() -> Self {
         UpdateCache {
             budget: None,
-            entries: BTreeMap::new(),
+            entries: HashMap::new(),
             charged: 0,
         }
     }
@@ -184,9 +184,12 @@ impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
         ctx: &ProcessorContext<'_, T, Change<A>>,
         mut write: impl FnMut(&T, &A) -> Result<(), ProcessorError>,
     ) -> Result<(), ProcessorError> {
+        let mut updated: Vec<(Vec<u8>, Held<T, A>)> =
+            self.entries.extract_if(|_, e| e.dirty).collect();
+        updated.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let previous = ctx.replace_timestamp(ctx.timestamp());
         let mut result = Ok(());
-        for e in self.entries.values_mut().filter(|e| e.dirty) {
+        for (id, mut e) in updated {
             let new = e.value.clone().expect("a held entry has a value");
             // The changelog record carries the latest update's timestamp.
             ctx.replace_timestamp(e.timestamp);
@@ -206,6 +209,7 @@ impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
             if result.is_err() {
                 break;
             }
+            self.entries.insert(id, e);
         }
         ctx.replace_timestamp(previous);
         if result.is_err() || self.budget.as_ref().is_none_or(|b| b.over()) {
