@@ -66,9 +66,15 @@ pub struct System {
     pub kind: String,
     pub threads: usize,
     /// Weir settings of this variant (`weir:1+KEY=VALUE+...`), to compare
-    /// a setting side by side with the defaults in one run.
+    /// a setting side by side with the defaults in one run. The key
+    /// [`EXE_SETTING`] instead names another build of this harness to run
+    /// the Weir child (a `weir-bench` built from another commit), to
+    /// compare two versions of Weir side by side.
     pub settings: Vec<(String, String)>,
 }
+
+/// `weir:1+bench.exe=PATH`: run this Weir system with the harness at PATH.
+pub const EXE_SETTING: &str = "bench.exe";
 
 impl System {
     pub fn parse(s: &str) -> Result<Self> {
@@ -92,6 +98,11 @@ impl System {
             .collect::<Result<Vec<_>>>()?;
         if !settings.is_empty() && kind != "weir" {
             bail!("system {s}: only Weir takes settings");
+        }
+        for (k, v) in &settings {
+            if k == EXE_SETTING && !std::path::Path::new(v).is_file() {
+                bail!("system {s}: {EXE_SETTING}={v} is not a file (a weir-bench binary)");
+            }
         }
         Ok(System {
             kind: kind.to_string(),
@@ -419,7 +430,11 @@ pub(crate) fn spawn(
             c
         }
         kind => {
-            let mut c = Command::new(std::env::current_exe()?);
+            let exe = match system.settings.iter().find(|(k, _)| k == EXE_SETTING) {
+                Some((_, path)) => path.into(),
+                None => std::env::current_exe()?,
+            };
+            let mut c = Command::new(exe);
             c.arg(kind)
                 .arg("--workload")
                 .arg(&args.workload)
@@ -444,7 +459,7 @@ pub(crate) fn spawn(
             if let Some(id) = &args.instance_id {
                 c.arg("--instance-id").arg(id);
             }
-            for (k, v) in &args.weir_config {
+            for (k, v) in args.weir_config.iter().filter(|(k, _)| k != EXE_SETTING) {
                 c.arg("--set").arg(format!("{k}={v}"));
             }
             // BENCH_WEIR_LOG: the child's log filter (e.g. to see commits).
