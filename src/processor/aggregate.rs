@@ -14,8 +14,9 @@
 //! value as of the previous flush and the timestamp and headers of the
 //! key's latest update — Kafka Streams' caching, which collapses the
 //! downstream and changelog records of a commit interval to one per key.
-//! After a commit's flush the cache keeps each key's aggregate, now clean
-//! (what the store holds), while the instance's budget allows, so a key
+//! After a commit's flush the cache of a key-value aggregation keeps each
+//! key's aggregate, now clean (what the store holds), while the instance's
+//! budget allows (a time window's cache empties: its windows close), so a key
 //! updated again in the next interval is not read back from the store;
 //! clean entries are the first to go when the budget fills, and an abort
 //! drops them with the rest, as the store rolls back.
@@ -102,6 +103,10 @@ pub(crate) struct UpdateCache<T, A> {
     entries: HashMap<Vec<u8>, Held<T, A>>,
     /// Bytes charged to the budget for `entries`.
     charged: u64,
+    /// Whether flushed entries stay, clean (a key-value aggregation: its
+    /// keys come back). A time window's entries do not: its windows close
+    /// and are not updated again.
+    keep_flushed: bool,
 }
 
 impl<T, A> Default for UpdateCache<T, A> {
@@ -110,11 +115,19 @@ impl<T, A> Default for UpdateCache<T, A> {
             budget: None,
             entries: HashMap::new(),
             charged: 0,
+            keep_flushed: false,
         }
     }
 }
 
 impl<T, A> UpdateCache<T, A> {
+    /// A cache whose flushed entries stay, clean, while the budget allows.
+    pub(crate) fn keeping_flushed() -> Self {
+        let mut cache = Self::default();
+        cache.keep_flushed = true;
+        cache
+    }
+
     /// Turns caching on with the instance's budget (`None`: off).
     pub(crate) fn set_budget(&mut self, budget: Option<Arc<CacheBudget>>) {
         self.budget = budget;
@@ -176,20 +189,21 @@ impl<T, A> UpdateCache<T, A> {
 impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
     /// Flushes the updated entries in id order: `write` puts each one's
     /// aggregate into the store (logging it with the update's timestamp),
-    /// then it goes downstream as `Change { new, old }`. The entries stay,
-    /// clean, unless the instance's budget is over its maximum (then the
-    /// cache empties). Stops at the first error, dropping every entry.
+    /// then it goes downstream as `Change { new, old }`. With
+    /// `keep_flushed` the entries stay, clean, unless the instance's budget
+    /// is over its maximum; otherwise the cache empties. Stops at the first
+    /// error, dropping every entry.
     pub(crate) fn flush(
         &mut self,
         ctx: &ProcessorContext<'_, T, Change<A>>,
         mut write: impl FnMut(&T, &A) -> Result<(), ProcessorError>,
     ) -> Result<(), ProcessorError> {
-        let mut updated: Vec<(Vec<u8>, Held<T, A>)> =
-            self.entries.extract_if(|_, e| e.dirty).collect();
-        updated.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut updated: Vec<(&Vec<u8>, &mut Held<T, A>)> =
+            self.entries.iter_mut().filter(|(_, e)| e.dirty).collect();
+        updated.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let previous = ctx.replace_timestamp(ctx.timestamp());
         let mut result = Ok(());
-        for (id, mut e) in updated {
+        for (_, e) in updated {
             let new = e.value.clone().expect("a held entry has a value");
             // The changelog record carries the latest update's timestamp.
             ctx.replace_timestamp(e.timestamp);
@@ -209,10 +223,9 @@ impl<T: Clone + 'static, A: Clone + 'static> UpdateCache<T, A> {
             if result.is_err() {
                 break;
             }
-            self.entries.insert(id, e);
         }
         ctx.replace_timestamp(previous);
-        if result.is_err() || self.budget.as_ref().is_none_or(|b| b.over()) {
+        if result.is_err() || !self.keep_flushed || self.budget.as_ref().is_none_or(|b| b.over()) {
             self.discard();
         }
         result
@@ -294,7 +307,7 @@ impl<K: Clone + Send + 'static, V: 'static, A: Clone + Send + 'static> Aggregate
             store,
             key_serde,
             f,
-            cache: UpdateCache::default(),
+            cache: UpdateCache::keeping_flushed(),
             key_buf: Vec::new(),
         })
     }
