@@ -209,7 +209,15 @@ impl RocksDbMemory {
         opts.set_max_write_buffer_number(2);
         opts.set_compression_type(DBCompressionType::Lz4);
         opts.set_keep_log_file_num(2);
-        opts
+        // After a kill the commits since the last memtable flush are
+        // replayed from the WAL at the next open. By default RocksDB then
+        // writes them to a level-0 file before the open returns, which
+        // doubled the open of a 250,000-key store (50-60 ms against 28-30
+        // ms); the replayed memtables are flushed later, as any other.
+        // Not settable through the crate's builder: set from an options
+        // string, which copies everything above.
+        opts.get_options_from_string("avoid_flush_during_recovery=true")
+            .expect("a valid RocksDB option")
     }
 }
 
@@ -796,5 +804,66 @@ mod tests {
         store.commit(Some(1)).unwrap();
         assert!(!store.backend().in_flight());
         assert_eq!(store.backend().get(0, b"k").unwrap(), Some(b"v".to_vec()));
+    }
+
+    /// Copies the files of a store whose process died (no close, no flush)
+    /// as a restarted process finds them.
+    fn as_after_a_kill(store: RocksDbKeyValueStore, dir: &Path) -> tempfile::TempDir {
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "LOCK" {
+                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+            }
+        }
+        // Never closed, as in a kill (its LOCK stays with this process).
+        std::mem::forget(store);
+        copy
+    }
+
+    fn sst_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "sst")
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_store_reopened_after_a_kill_replays_its_log_without_writing_a_table_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            background_commit_writes: false,
+            ..StateConfig::default()
+        };
+        let memory = RocksDbMemory::new(&config);
+        let mut store = RocksDbKeyValueStore::open(dir.path(), "s", &memory).unwrap();
+        for i in 0..1_000u32 {
+            store
+                .put(format!("k{i:04}").as_bytes(), &i.to_be_bytes())
+                .unwrap();
+        }
+        store.commit(Some(7)).unwrap();
+        assert_eq!(
+            sst_files(dir.path()),
+            0,
+            "the commit is in the memtable and the log"
+        );
+        let killed = as_after_a_kill(store, dir.path());
+
+        let store = RocksDbKeyValueStore::open(killed.path(), "s", &memory).unwrap();
+        assert_eq!(store.committed_offset(), Some(7));
+        assert_eq!(
+            store.get(b"k0999").unwrap(),
+            Some(999u32.to_be_bytes().to_vec())
+        );
+        assert_eq!(store.all().unwrap().count(), 1_000);
+        // The replayed commits stay in memtables: the open wrote no table.
+        assert_eq!(sst_files(killed.path()), 0);
     }
 }
