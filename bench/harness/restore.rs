@@ -364,7 +364,8 @@ fn settings(a: &RestoreArgs, keys: u64) -> Settings {
 }
 
 /// Weir's settings: the classic group protocol, and any `KEY=VALUE` pairs
-/// in `BENCH_RESTORE_WEIR_SET` (comma-separated; to try restore settings).
+/// in `BENCH_RESTORE_WEIR_SET` (comma-separated; to try restore settings,
+/// or `bench.exe=PATH` to restore with another weir-bench build).
 fn weir_config() -> Vec<(String, String)> {
     let mut config = vec![("group_protocol".to_string(), "classic".to_string())];
     if let Ok(pairs) = std::env::var("BENCH_RESTORE_WEIR_SET") {

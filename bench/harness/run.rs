@@ -430,7 +430,7 @@ pub(crate) fn spawn(
             c
         }
         kind => {
-            let exe = match system.settings.iter().find(|(k, _)| k == EXE_SETTING) {
+            let exe = match args.weir_config.iter().find(|(k, _)| k == EXE_SETTING) {
                 Some((_, path)) => path.into(),
                 None => std::env::current_exe()?,
             };
