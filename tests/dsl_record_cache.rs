@@ -7,17 +7,15 @@
 //! the broker, the runtime tests count exactly with the cache on, as it is
 //! by default.)
 
-use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use weir::driver::{DriverConfig, TestInputTopic, TestOutputTopic, TopologyTestDriver};
+use weir::metrics::Metrics;
+use weir::metrics::store::MeteredKeyValueStore;
 use weir::processor::{StoreSpec, TaskId};
 use weir::serdes::{I64Serde, OptionSerde, StringSerde, UnitSerde};
-use weir::state::{
-    ChangelogRecord, InMemoryKeyValueStore, KeyValueStore, KvIter, StateStore, StoreError,
-};
+use weir::state::{InMemoryKeyValueStore, KeyValueStore, StoreError};
 use weir::topology::{Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, Topology};
 use weir::windows::{TimeWindows, Windowed, WindowedSerde};
 
@@ -211,66 +209,19 @@ fn a_store_another_processor_reads_is_not_cached() {
     assert_eq!(driver.read_key_values(&probed).unwrap(), vec![(s("a"), 3)]);
 }
 
-/// An in-memory store that counts its point reads.
-struct CountingStore {
-    inner: InMemoryKeyValueStore,
-    gets: Arc<AtomicUsize>,
-}
-
-impl StateStore for CountingStore {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn commit(&mut self, changelog_offset: Option<i64>) -> Result<(), StoreError> {
-        self.inner.commit(changelog_offset)
-    }
-    fn abort(&mut self) {
-        self.inner.abort()
-    }
-    fn committed_offset(&self) -> Option<i64> {
-        self.inner.committed_offset()
-    }
-    fn restore_batch(
-        &mut self,
-        records: &[ChangelogRecord<'_>],
-        changelog_offset: i64,
-    ) -> Result<(), StoreError> {
-        self.inner.restore_batch(records, changelog_offset)
-    }
-}
-
-impl KeyValueStore for CountingStore {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get(key)
-    }
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.inner.put(key, value)
-    }
-    fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.delete(key)
-    }
-    fn range<'a>(&'a self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<KvIter<'a>, StoreError> {
-        self.inner.range(from, to)
-    }
-    fn prefix_scan<'a>(&'a self, prefix: &[u8]) -> Result<KvIter<'a>, StoreError> {
-        self.inner.prefix_scan(prefix)
-    }
-    fn approximate_num_entries(&self) -> Result<u64, StoreError> {
-        self.inner.approximate_num_entries()
-    }
-}
-
-/// Word count over counting stores; the driver commits after every line.
-fn counted_word_count(cache_max_bytes: u64, lines: &[&str]) -> (Vec<(String, Option<i64>)>, usize) {
-    let gets = Arc::new(AtomicUsize::new(0));
+/// Word count over in-memory stores wrapped in Weir's metered store; the
+/// driver commits after every line. Returns the output and the stores'
+/// point reads (`weir_store_gets_total`).
+fn counted_word_count(cache_max_bytes: u64, lines: &[&str]) -> (Vec<(String, Option<i64>)>, u64) {
+    let metrics = Arc::new(Metrics::new("wc"));
     let mut provider = {
-        let gets = gets.clone();
-        move |_: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
-            Ok(Box::new(CountingStore {
-                inner: InMemoryKeyValueStore::new(spec.name),
-                gets: gets.clone(),
-            }))
+        let metrics = metrics.clone();
+        move |task: TaskId, spec: &StoreSpec<'_>| -> Result<Box<dyn KeyValueStore>, StoreError> {
+            Ok(Box::new(MeteredKeyValueStore::new(
+                Box::new(InMemoryKeyValueStore::new(spec.name)),
+                metrics.clone(),
+                &task.to_string(),
+            )))
         }
     };
     let config = DriverConfig::new("wc").with_cache_max_bytes(cache_max_bytes);
@@ -284,7 +235,14 @@ fn counted_word_count(cache_max_bytes: u64, lines: &[&str]) -> (Vec<(String, Opt
             .unwrap();
     }
     let out = driver.read_key_values(&counts).unwrap();
-    (out, gets.load(Ordering::Relaxed))
+    let gets: f64 = metrics
+        .registry()
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "weir_store_gets_total")
+        .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value()))
+        .sum();
+    (out, gets as u64)
 }
 
 #[test]
