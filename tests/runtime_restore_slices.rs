@@ -6,12 +6,15 @@
 //! output while the restore runs, and the final counts are exact
 //! (`exactly_once_v2`, read back with `read_committed`).
 //!
-//! All restoring tasks are read together: four tasks whose changelogs
+//! Restoring tasks are read together: four tasks whose changelogs
 //! (written in transactions, so they end in transaction markers) differ in
 //! size restore at once, each store gets exactly its own partition's
 //! records, and counting goes on from the restored values. So are stores
 //! of the same partition number behind two changelogs (two counting
-//! subtopologies, state directory wiped).
+//! subtopologies, state directory wiped). Long stores (over 100,000
+//! records behind) are the exception: they are read one after another,
+//! alongside the short ones, so each task runs again as soon as its own
+//! store is current.
 
 mod common;
 
@@ -470,5 +473,140 @@ fn stores_of_the_same_partition_number_in_two_changelogs_restore_together() {
             "{output}: counts not continued from the restored store, e.g. {wrong:?}"
         );
         assert_eq!(len, keys, "{output}: only the keys written");
+    }
+}
+
+/// Changelog records of each long store in the next test: above
+/// `LARGE_BACKLOG` (100,000), the backlog above which stores are read one
+/// at a time.
+const LONG_STORE_RECORDS: u64 = 200_000;
+/// The partitions seeded with a long store's records.
+const LONG_PARTITIONS: [i32; 3] = [0, 1, 2];
+
+/// Writes `n` count records of keys `seed-{partition}-{i}` to `partition`
+/// of `topic`.
+fn seed_partition(topic: &str, partition: i32, n: u64) {
+    let producer: BaseProducer = common::base_config()
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let key = format!("seed-{partition}-{i}");
+        let value = 1i64.to_be_bytes();
+        let record = BaseRecord::to(topic)
+            .partition(partition)
+            .key(key.as_str())
+            .payload(&value[..]);
+        send_waiting(&producer, record);
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+}
+
+/// `(restored, remaining)` of the `counts` store of each task that has
+/// started restoring, from one scrape of `/metrics`.
+fn restore_progress(body: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
+    let mut progress = std::collections::BTreeMap::<String, (f64, f64)>::new();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(task) = series
+            .split("task=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        else {
+            continue;
+        };
+        let value: f64 = value.parse().unwrap_or(0.0);
+        let entry = progress.entry(task.to_string()).or_default();
+        if series.starts_with("weir_restore_restored_records_total{") {
+            entry.0 = value;
+        } else if series.starts_with("weir_restore_remaining_records{") {
+            entry.1 = value;
+        }
+    }
+    progress.retain(|_, (restored, remaining)| *restored > 0.0 || *remaining > 0.0);
+    progress
+}
+
+/// Long stores restore one after another: three tasks whose changelogs hold
+/// 200,000 records each (the state directory is new) are never seen
+/// restoring at the same time on `/metrics`, and one is seen restored while
+/// another has not started, so the first task runs again after a third of
+/// the restore instead of at its end. Each applies exactly its partition's
+/// records.
+#[test]
+fn long_stores_restore_one_after_another() {
+    let _serial = serial();
+    let f = Fixture::new("restore-in-turn", &WORD_COUNT);
+    let changelog = format!("{}-counts-changelog", f.app_id);
+    common::broker().create_topics(&[(&changelog, 4)]);
+    for p in LONG_PARTITIONS {
+        seed_partition(&changelog, p, LONG_STORE_RECORDS);
+    }
+    let mut app = f.start(0, "exactly_once_v2");
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let total = LONG_STORE_RECORDS as f64;
+    let (mut samples, mut most_at_once, mut one_done_one_waiting) = (0, 0, false);
+    let mut finished = Vec::<String>::new();
+    while finished.len() < LONG_PARTITIONS.len() {
+        assert!(
+            app.is_running(),
+            "the instance exited:\n{}",
+            tail(&app.log_text())
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the restores did not finish; finished: {finished:?}\n{}",
+            tail(&app.log_text())
+        );
+        let Some((200, body)) = app.http_get("/metrics") else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let progress = restore_progress(&body);
+        samples += 1;
+        let at_once = progress
+            .values()
+            .filter(|(restored, remaining)| *restored > 0.0 && *remaining > 0.0)
+            .count();
+        most_at_once = most_at_once.max(at_once);
+        for (task, (restored, remaining)) in &progress {
+            if *restored >= total && *remaining == 0.0 && !finished.contains(task) {
+                finished.push(task.clone());
+            }
+        }
+        let started = progress.len();
+        if !finished.is_empty() && started < LONG_PARTITIONS.len() {
+            one_done_one_waiting = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = app.log_text();
+    assert_eq!(app.stop(), Some(0), "{}", tail(&log));
+    println!(
+        "{samples} scrapes; tasks restored in the order {finished:?}; most restoring at once: {most_at_once}"
+    );
+    assert_eq!(
+        most_at_once, 1,
+        "long stores were read together (two or more part-restored in one scrape)"
+    );
+    assert!(
+        one_done_one_waiting,
+        "no scrape showed a restored task while another had not started"
+    );
+    for p in LONG_PARTITIONS {
+        let task = format!("1_{p}");
+        let line = log
+            .lines()
+            .find(|l| l.contains("restored task") && l.contains(&format!("task={task} ")))
+            .unwrap_or_else(|| panic!("no restore of {task} logged:\n{}", tail(&log)));
+        assert!(
+            line.contains(&format!("restored={LONG_STORE_RECORDS} ")),
+            "{task} applied exactly its partition's records: {line}"
+        );
     }
 }

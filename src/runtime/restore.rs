@@ -20,6 +20,14 @@
 //! or goes. A store's progress lives in its committed offset, so a restore
 //! that is stopped (a rebalance, a crash) resumes where it was.
 //!
+//! Stores far behind their changelog (more than [`LARGE_BACKLOG`] records)
+//! are read one at a time, in the order they are found, while the short
+//! ones are read alongside: the thread's restore throughput is the same
+//! either way, so reading four long stores together made all four tasks
+//! wait for the last record of all four, where in turn the first resumes
+//! processing after a quarter of the time, the next after half, and the
+//! last no later than before.
+//!
 //! [`restore_stores`] reads a task's stores to the end in one call (the
 //! test driver's restarts).
 
@@ -107,6 +115,9 @@ fn ahead_of_log(id: TaskId, store: &str, topic: &str, committed: i64, high: i64)
 /// How long the changelog may deliver nothing while a store is behind
 /// before restoring fails with [`StreamsError::Timeout`].
 pub(crate) const RESTORE_STALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Changelog records behind above which a store is read alone among the
+/// long ones (see the module docs): about 50 ms of a restore on one thread.
+pub(crate) const LARGE_BACKLOG: i64 = 100_000;
 /// The longest one wait for changelog records within a slice.
 const SLICE_POLL: Duration = Duration::from_millis(100);
 
@@ -175,6 +186,9 @@ struct Queued {
     stores_sized: usize,
     stats: RestoreStats,
     started: Instant,
+    /// Its next store was found far behind while another long store was
+    /// read: it waits for that one to finish.
+    waiting: bool,
 }
 
 /// Restores the tasks of one stream thread in slices; see the module docs.
@@ -185,6 +199,9 @@ pub(crate) struct SlicedRestore {
     /// The reader's partitions changed since the source was last assigned.
     reassign: bool,
     last_progress: Instant,
+    /// The task whose store is read with more than [`LARGE_BACKLOG`]
+    /// records behind; other long ones wait for it.
+    long: Option<TaskId>,
 }
 
 impl SlicedRestore {
@@ -196,6 +213,7 @@ impl SlicedRestore {
             reader: ChangelogReader::new(source, ReadMode::ToEnd),
             reassign: false,
             last_progress: Instant::now(),
+            long: None,
         }
     }
 
@@ -207,6 +225,7 @@ impl SlicedRestore {
             stores_sized: 0,
             stats: RestoreStats::default(),
             started: Instant::now(),
+            waiting: false,
         };
         self.queued.insert(id, queued);
     }
@@ -264,6 +283,9 @@ impl SlicedRestore {
                     q.meter.finish_store();
                     q.stores_done += 1;
                 }
+                if self.long == Some(id) {
+                    self.long = None;
+                }
                 self.reassign = true;
             }
         }
@@ -277,20 +299,27 @@ impl SlicedRestore {
         tasks: &mut [&mut TaskInstance],
         done: &mut Vec<TaskId>,
     ) -> Result<(), RestoreFailure> {
+        if self.long.is_some_and(|id| !self.reader.reads_task(id)) {
+            self.long = None;
+        }
         for task in tasks.iter() {
             let id = task.id();
             if self.reader.reads_task(id) || done.contains(&id) {
                 continue;
             }
-            if !self.queued.contains_key(&id) {
+            let Some(q) = self.queued.get(&id) else {
                 done.push(id);
+                continue;
+            };
+            if q.waiting && self.long.is_some() {
                 continue;
             }
             if self
                 .start_next_store(task)
                 .map_err(|e| RestoreFailure::of(id, e))?
             {
-                self.reassign = true;
+                // A waiting store was registered and forgotten again.
+                self.reassign |= self.queued.get(&id).is_some_and(|q| !q.waiting);
                 continue;
             }
             if let Some(q) = self.queued.remove(&id)
@@ -319,7 +348,9 @@ impl SlicedRestore {
     }
 
     /// Registers the next store of `task` (queued) that is behind its
-    /// changelog with the reader; false when every store is current.
+    /// changelog with the reader, or marks the task waiting when that store
+    /// is far behind while another such store is read; false when every
+    /// store is current.
     fn start_next_store(&mut self, task: &TaskInstance) -> Result<bool, StreamsError> {
         let id = task.id();
         let Some(q) = self.queued.get_mut(&id) else {
@@ -345,7 +376,17 @@ impl SlicedRestore {
             }
             match found.plan {
                 Plan::ReadFrom(from) => {
-                    q.meter.store_started(&store, (found.high - from) as u64);
+                    let behind = found.high - from;
+                    if behind > LARGE_BACKLOG {
+                        if self.long.is_some_and(|long| long != id) {
+                            self.reader.forget(id);
+                            q.waiting = true;
+                            return Ok(true);
+                        }
+                        self.long = Some(id);
+                    }
+                    q.waiting = false;
+                    q.meter.store_started(&store, behind as u64);
                     return Ok(true);
                 }
                 Plan::UpToDate => q.stores_done += 1,
@@ -362,6 +403,9 @@ impl SlicedRestore {
     pub(crate) fn forget(&mut self, task: &mut TaskInstance) {
         let id = task.id();
         self.queued.remove(&id);
+        if self.long == Some(id) {
+            self.long = None;
+        }
         if !self.reader.reads_task(id) {
             return;
         }
