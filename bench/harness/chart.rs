@@ -219,6 +219,8 @@ pub struct Bar {
 /// Palette colours for other charts of the report.
 pub const WEIR: u8 = 4;
 /// See [`WEIR`].
+pub const WEIR_DARK: u8 = 5;
+/// See [`WEIR`].
 pub const KSTREAMS: u8 = 6;
 /// See [`WEIR`].
 pub const KSTREAMS_DARK: u8 = 7;
