@@ -34,9 +34,9 @@ const CHANGELOG_RECORDS: u64 = 14_000_000;
 /// The instance's poll interval: far below the restore.
 const MAX_POLL_INTERVAL_MS: u64 = 6_000;
 
-/// Writes `n` count records of keys no sample sentence has to partition 0
-/// of `topic` (what a long-running application would have left there).
-fn seed_changelog(topic: &str, n: u64) {
+/// Writes `n` count records of keys `{prefix}{i}` to `partition` of
+/// `topic` (what a long-running application would have left there).
+fn seed_partition(topic: &str, partition: i32, prefix: &str, n: u64) {
     let producer: BaseProducer = common::base_config()
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
@@ -44,10 +44,10 @@ fn seed_changelog(topic: &str, n: u64) {
         .create()
         .unwrap();
     for i in 0..n {
-        let key = format!("seed-{i}");
+        let key = format!("{prefix}{i}");
         let value = 1i64.to_be_bytes();
         let record = BaseRecord::to(topic)
-            .partition(0)
+            .partition(partition)
             .key(key.as_str())
             .payload(&value[..]);
         send_waiting(&producer, record);
@@ -96,22 +96,28 @@ fn watch_output(topic: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle
     })
 }
 
+/// Fails the test when `app` exited or `deadline` passed while waiting for
+/// `what`.
+fn assert_waiting(app: &mut common::weir_app::WeirApp, deadline: Instant, what: &str) {
+    assert!(
+        app.is_running(),
+        "the instance exited:\n{}",
+        tail(&app.log_text())
+    );
+    assert!(
+        Instant::now() < deadline,
+        "{what}:\n{}",
+        tail(&app.log_text())
+    );
+}
+
 /// When the instance's `weir_restoring_tasks` first went above 0 and then
 /// back to 0.
 fn restore_window(app: &mut common::weir_app::WeirApp) -> (Instant, Instant) {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut start = None;
     loop {
-        assert!(
-            app.is_running(),
-            "the instance exited:\n{}",
-            tail(&app.log_text())
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no restore seen:\n{}",
-            tail(&app.log_text())
-        );
+        assert_waiting(app, deadline, "no restore seen");
         let now = Instant::now();
         let restoring = app.metric("weir_restoring_tasks").map(|n| n > 0.0);
         match (start, restoring) {
@@ -130,7 +136,8 @@ fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
     let changelog = format!("{}-counts-changelog", f.app_id);
     common::broker().create_topics(&[(&changelog, 4)]);
     let seeded = Instant::now();
-    seed_changelog(&changelog, CHANGELOG_RECORDS);
+    // Keys no sample sentence has.
+    seed_partition(&changelog, 0, "seed-", CHANGELOG_RECORDS);
     println!(
         "seeded {CHANGELOG_RECORDS} changelog records in {:.1} s",
         seeded.elapsed().as_secs_f64()
@@ -484,27 +491,6 @@ const LONG_STORE_RECORDS: u64 = 200_000;
 /// The partitions seeded with a long store's records.
 const LONG_PARTITIONS: [i32; 3] = [0, 1, 2];
 
-/// Writes `n` count records of keys `seed-{partition}-{i}` to `partition`
-/// of `topic`.
-fn seed_partition(topic: &str, partition: i32, n: u64) {
-    let producer: BaseProducer = common::base_config()
-        .set("linger.ms", "20")
-        .set("batch.size", "1000000")
-        .set("queue.buffering.max.messages", "1000000")
-        .create()
-        .unwrap();
-    for i in 0..n {
-        let key = format!("seed-{partition}-{i}");
-        let value = 1i64.to_be_bytes();
-        let record = BaseRecord::to(topic)
-            .partition(partition)
-            .key(key.as_str())
-            .payload(&value[..]);
-        send_waiting(&producer, record);
-    }
-    producer.flush(Duration::from_secs(120)).unwrap();
-}
-
 /// `(restored, remaining)` of the `counts` store of each task that has
 /// started restoring, from one scrape of `/metrics`.
 fn restore_progress(body: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
@@ -545,7 +531,7 @@ fn long_stores_restore_one_after_another() {
     let changelog = format!("{}-counts-changelog", f.app_id);
     common::broker().create_topics(&[(&changelog, 4)]);
     for p in LONG_PARTITIONS {
-        seed_partition(&changelog, p, LONG_STORE_RECORDS);
+        seed_partition(&changelog, p, &format!("seed-{p}-"), LONG_STORE_RECORDS);
     }
     let mut app = f.start(0, "exactly_once_v2");
 
@@ -554,16 +540,8 @@ fn long_stores_restore_one_after_another() {
     let (mut samples, mut most_at_once, mut one_done_one_waiting) = (0, 0, false);
     let mut finished = Vec::<String>::new();
     while finished.len() < LONG_PARTITIONS.len() {
-        assert!(
-            app.is_running(),
-            "the instance exited:\n{}",
-            tail(&app.log_text())
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the restores did not finish; finished: {finished:?}\n{}",
-            tail(&app.log_text())
-        );
+        let what = format!("the restores did not finish; finished: {finished:?}");
+        assert_waiting(&mut app, deadline, &what);
         let Some((200, body)) = app.http_get("/metrics") else {
             std::thread::sleep(Duration::from_millis(10));
             continue;
