@@ -21,7 +21,7 @@
 //! that is stopped (a rebalance, a crash) resumes where it was.
 //!
 //! Stores far behind their changelog (more than [`LARGE_BACKLOG`] records)
-//! are read one at a time, in the order they are found, while the short
+//! are read one at a time, the one least behind first, while the short
 //! ones are read alongside: the thread's restore throughput is the same
 //! either way, so reading four long stores together made all four tasks
 //! wait for the last record of all four, where in turn the first resumes
@@ -302,6 +302,8 @@ impl SlicedRestore {
         if self.long.is_some_and(|id| !self.reader.reads_task(id)) {
             self.long = None;
         }
+        // Stores found far behind in this pass: (task, store, records).
+        let mut long = Vec::new();
         for task in tasks.iter() {
             let id = task.id();
             if self.reader.reads_task(id) || done.contains(&id) {
@@ -314,26 +316,41 @@ impl SlicedRestore {
             if q.waiting && self.long.is_some() {
                 continue;
             }
-            if self
+            match self
                 .start_next_store(task)
                 .map_err(|e| RestoreFailure::of(id, e))?
             {
-                // A waiting store was registered and forgotten again.
-                self.reassign |= self.queued.get(&id).is_some_and(|q| !q.waiting);
-                continue;
+                Some((store, behind)) if behind > LARGE_BACKLOG => long.push((id, store, behind)),
+                Some((store, behind)) => self.read(id, &store, behind),
+                None => {
+                    if let Some(q) = self.queued.remove(&id)
+                        && q.stats.changelog_size > 0
+                    {
+                        tracing::info!(
+                            task = %id,
+                            restored = q.stats.restored,
+                            changelog_records = q.stats.changelog_size,
+                            elapsed_ms = q.started.elapsed().as_millis() as u64,
+                            "restored task"
+                        );
+                    }
+                    done.push(id);
+                }
             }
-            if let Some(q) = self.queued.remove(&id)
-                && q.stats.changelog_size > 0
-            {
-                tracing::info!(
-                    task = %id,
-                    restored = q.stats.restored,
-                    changelog_records = q.stats.changelog_size,
-                    elapsed_ms = q.started.elapsed().as_millis() as u64,
-                    "restored task"
-                );
+        }
+        // The shortest of the long stores is read when none is; the others
+        // wait for their turn, unregistered.
+        long.sort_by_key(|&(_, _, behind)| behind);
+        for (id, store, behind) in long {
+            if self.long.is_none() {
+                self.long = Some(id);
+                self.read(id, &store, behind);
+            } else {
+                self.reader.forget(id);
+                if let Some(q) = self.queued.get_mut(&id) {
+                    q.waiting = true;
+                }
             }
-            done.push(id);
         }
         if std::mem::take(&mut self.reassign) {
             self.last_progress = Instant::now();
@@ -347,14 +364,26 @@ impl SlicedRestore {
         Ok(())
     }
 
+    /// Store `store` of task `id`, registered with the reader `behind`
+    /// records behind, is read from now on.
+    fn read(&mut self, id: TaskId, store: &str, behind: i64) {
+        if let Some(q) = self.queued.get_mut(&id) {
+            q.waiting = false;
+            q.meter.store_started(store, behind as u64);
+        }
+        self.reassign = true;
+    }
+
     /// Registers the next store of `task` (queued) that is behind its
-    /// changelog with the reader, or marks the task waiting when that store
-    /// is far behind while another such store is read; false when every
-    /// store is current.
-    fn start_next_store(&mut self, task: &TaskInstance) -> Result<bool, StreamsError> {
+    /// changelog with the reader; returns it and how many records it is
+    /// behind, or `None` when every store is current.
+    fn start_next_store(
+        &mut self,
+        task: &TaskInstance,
+    ) -> Result<Option<(String, i64)>, StreamsError> {
         let id = task.id();
         let Some(q) = self.queued.get_mut(&id) else {
-            return Ok(false);
+            return Ok(None);
         };
         let changelogs: Vec<(String, String)> = task
             .changelog_topics()
@@ -375,27 +404,14 @@ impl SlicedRestore {
                 q.stores_sized = q.stores_done + 1;
             }
             match found.plan {
-                Plan::ReadFrom(from) => {
-                    let behind = found.high - from;
-                    if behind > LARGE_BACKLOG {
-                        if self.long.is_some_and(|long| long != id) {
-                            self.reader.forget(id);
-                            q.waiting = true;
-                            return Ok(true);
-                        }
-                        self.long = Some(id);
-                    }
-                    q.waiting = false;
-                    q.meter.store_started(&store, behind as u64);
-                    return Ok(true);
-                }
+                Plan::ReadFrom(from) => return Ok(Some((store, found.high - from))),
                 Plan::UpToDate => q.stores_done += 1,
                 Plan::AheadOfLog { committed, high } => {
                     return Err(ahead_of_log(id, &store, &topic, committed, high));
                 }
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Stops restoring task `id` (it closes): commits what its store read
