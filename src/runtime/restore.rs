@@ -200,7 +200,8 @@ pub(crate) struct SlicedRestore {
     reassign: bool,
     last_progress: Instant,
     /// The task whose store is read with more than [`LARGE_BACKLOG`]
-    /// records behind; other long ones wait for it.
+    /// records behind; other long ones wait for it. Cleared by `admit`
+    /// once the reader no longer reads that task.
     long: Option<TaskId>,
 }
 
@@ -283,9 +284,6 @@ impl SlicedRestore {
                     q.meter.finish_store();
                     q.stores_done += 1;
                 }
-                if self.long == Some(id) {
-                    self.long = None;
-                }
                 self.reassign = true;
             }
         }
@@ -299,6 +297,8 @@ impl SlicedRestore {
         tasks: &mut [&mut TaskInstance],
         done: &mut Vec<TaskId>,
     ) -> Result<(), RestoreFailure> {
+        // The long store's turn ends when the reader no longer reads its
+        // task: its store finished, or the task closed (`forget`).
         if self.long.is_some_and(|id| !self.reader.reads_task(id)) {
             self.long = None;
         }
@@ -419,9 +419,6 @@ impl SlicedRestore {
     pub(crate) fn forget(&mut self, task: &mut TaskInstance) {
         let id = task.id();
         self.queued.remove(&id);
-        if self.long == Some(id) {
-            self.long = None;
-        }
         if !self.reader.reads_task(id) {
             return;
         }
