@@ -523,9 +523,7 @@ fn targets(results: &[Restart]) -> String {
             .iter()
             .filter(|r| r.case == case)
             .filter_map(|r| ratio(results, r, |x| x.first))
-            .fold(None, |low: Option<f64>, x| {
-                Some(low.map_or(x, |l| l.min(x)))
-            });
+            .reduce(f64::min);
         if let Some(low) = lowest {
             let verdict = if low >= bound { "met" } else { "missed" };
             parts.push(format!(
