@@ -489,31 +489,23 @@ fn stores_of_the_same_partition_number_in_two_changelogs_restore_together() {
 /// which stores are read one at a time.
 const LONG_STORES: [(i32, u64); 3] = [(0, 300_000), (1, 150_000), (2, 200_000)];
 
-/// `(restored, remaining)` of the `counts` store of each task that has
-/// started restoring, from one scrape of `/metrics`.
+/// `(restored, remaining)` records of the store of each task of
+/// [`LONG_STORES`] that has started restoring, from one scrape of
+/// `/metrics`.
 fn restore_progress(body: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
-    let mut progress = std::collections::BTreeMap::<String, (f64, f64)>::new();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Some(task) = series
-            .split("task=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-        else {
-            continue;
-        };
-        let value: f64 = value.parse().unwrap_or(0.0);
-        let entry = progress.entry(task.to_string()).or_default();
-        if series.starts_with("weir_restore_restored_records_total{") {
-            entry.0 = value;
-        } else if series.starts_with("weir_restore_remaining_records{") {
-            entry.1 = value;
-        }
-    }
-    progress.retain(|_, (restored, remaining)| *restored > 0.0 || *remaining > 0.0);
-    progress
+    LONG_STORES
+        .iter()
+        .map(|(p, _)| {
+            let task = format!("1_{p}");
+            let of = |name| common::weir_app::metric_in(body, name, &[("task", task.as_str())]);
+            let progress = (
+                of("weir_restore_restored_records_total"),
+                of("weir_restore_remaining_records"),
+            );
+            (task, progress)
+        })
+        .filter(|(_, (restored, remaining))| *restored > 0.0 || *remaining > 0.0)
+        .collect()
 }
 
 /// Long stores restore one after another, the shortest first: three tasks

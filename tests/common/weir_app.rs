@@ -181,19 +181,23 @@ impl WeirApp {
         if status != 200 {
             return None;
         }
-        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-        Some(
-            body.lines()
-                .filter(|l| !l.starts_with('#'))
-                .filter_map(|l| {
-                    let (series, value) = l.rsplit_once(' ')?;
-                    let family = series.split('{').next()?;
-                    let matches = family == name && wanted.iter().all(|w| series.contains(w));
-                    matches.then(|| value.parse::<f64>().ok())?
-                })
-                .sum(),
-        )
+        Some(metric_in(&body, name, labels))
     }
+}
+
+/// The sum of metric `name`'s series in the Prometheus text `body` whose
+/// labels include every `(label, value)` of `labels` (0 when none does).
+pub fn metric_in(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let family = series.split('{').next()?;
+            let matches = family == name && wanted.iter().all(|w| series.contains(w));
+            matches.then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
 }
 
 impl Drop for WeirApp {
