@@ -28,6 +28,10 @@ pub(crate) struct ProducerEvents {
     error: Mutex<Option<KafkaError>>,
     /// Counts acknowledged output records by topic (when metered).
     produced: Option<prometheus::IntCounterVec>,
+    /// `produced`'s counter of each topic delivered to so far: looked up
+    /// by label once per topic, not once per record (hashing the label and
+    /// taking the vector's lock was ~2% of a passthrough thread's time).
+    produced_by_topic: Mutex<Vec<(String, prometheus::IntCounter)>>,
 }
 
 impl ProducerEvents {
@@ -41,9 +45,17 @@ impl ProducerEvents {
 
     /// Records that an output (non-changelog) record of `topic` was delivered.
     fn output_delivered(&self, topic: &str) {
-        if let Some(produced) = &self.produced {
-            produced.with_label_values(&[topic]).inc();
+        let Some(produced) = &self.produced else {
+            return;
+        };
+        let mut counters = self.produced_by_topic.lock().expect("producer events lock");
+        if let Some((_, counter)) = counters.iter().find(|(t, _)| t == topic) {
+            counter.inc();
+            return;
         }
+        let counter = produced.with_label_values(&[topic]);
+        counter.inc();
+        counters.push((topic.to_string(), counter));
     }
 
     /// The offset of the last delivered record of `topic`/`partition`.
@@ -221,5 +233,29 @@ impl RecordCollector for KafkaCollector<'_> {
 
     fn partition_count(&self, topic: &str) -> Option<i32> {
         self.partitions.get(topic).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivered_output_is_counted_per_topic() {
+        let produced = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("produced", "produced"),
+            &["topic"],
+        )
+        .unwrap();
+        let events = ProducerEvents::metered(produced.clone());
+        for topic in ["a", "b", "a", "a", "c", "b"] {
+            events.output_delivered(topic);
+        }
+        let count = |t: &str| produced.with_label_values(&[t]).get();
+        assert_eq!((count("a"), count("b"), count("c")), (3, 2, 1));
+        assert_eq!(count("d"), 0);
+        let unmetered = ProducerEvents::default();
+        unmetered.output_delivered("a");
+        assert_eq!(count("a"), 3, "events without a counter count nothing");
     }
 }
