@@ -55,6 +55,8 @@
 //! ([`TaskBuffers::tasks_with_records_into`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -177,7 +179,7 @@ pub(crate) struct TaskBuffers<M> {
     max_idle: Duration,
     tasks: BTreeMap<TaskId, TaskQueues<M>>,
     /// topic → partition → (task, index in its `partitions`), built by `reset`.
-    index: HashMap<String, HashMap<i32, (TaskId, usize)>>,
+    index: FxHashMap<String, FxHashMap<i32, (TaskId, usize)>>,
     buffered: usize,
 }
 
@@ -189,7 +191,7 @@ impl<M: Buffered> TaskBuffers<M> {
             capacity: capacity.max(1),
             max_idle,
             tasks: BTreeMap::new(),
-            index: HashMap::new(),
+            index: FxHashMap::default(),
             buffered: 0,
         }
     }

@@ -18,6 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use rustc_hash::FxHashMap;
+
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::processor::{InputRecord, RecordCollector, TaskId, TaskInstance, TaskMetrics};
@@ -26,7 +28,7 @@ use crate::runtime::topics::TopicLayout;
 use crate::runtime::{Recovery, StreamsError};
 
 /// topic → partition → next offset to commit (last processed + 1).
-pub(crate) type ConsumedOffsets = HashMap<String, HashMap<i32, i64>>;
+pub(crate) type ConsumedOffsets = FxHashMap<String, FxHashMap<i32, i64>>;
 
 /// Creates and restores the tasks a thread is assigned (Kafka Streams' task
 /// creator and state updater).
