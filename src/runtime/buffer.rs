@@ -55,10 +55,10 @@
 //! ([`TaskBuffers::tasks_with_records_into`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-
-use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use rdkafka::Message;
 use rdkafka::message::BorrowedMessage;
