@@ -400,6 +400,13 @@ impl<M: Buffered> TaskBuffers<M> {
                 return None;
             }
             queues.enforced = true;
+        } else if !queues.enforced {
+            // A wait for a fetch ended (the partition caught up) and no
+            // `max_task_idle` wait follows: the task no longer waits. A
+            // stale start would make `waiting` true, and the thread poll
+            // without a timeout (a busy loop) until the partition gets
+            // records, which a join's table partition may never do.
+            queues.waiting_since = None;
         }
         Some(queues)
     }
@@ -446,12 +453,14 @@ impl<M: Buffered> TaskBuffers<M> {
         out
     }
 
-    /// Whether some task waits out `max_task_idle_ms` for an empty
-    /// partition (the caller should poll again within it).
+    /// Whether some task with buffered records waits out
+    /// `max_task_idle_ms` for an empty partition (the caller should poll
+    /// again within it; while it is true the thread polls with a timeout
+    /// of at most `max_task_idle_ms`, so a stale wait is a busy loop).
     pub(crate) fn waiting(&self) -> bool {
         self.tasks
             .values()
-            .any(|t| t.waiting_since.is_some() && !t.enforced && !t.fetch_wait)
+            .any(|t| t.non_empty > 0 && t.waiting_since.is_some() && !t.enforced && !t.fetch_wait)
     }
 
     /// Whether some task waits for records of an empty partition to be
@@ -590,6 +599,13 @@ mod tests {
             "caught up: the left side goes on"
         );
         assert!(!b.waiting_for_fetch());
+        b.push(task(0), "left", 0, Rec(12, "l12"));
+        assert!(
+            !b.waiting(),
+            "the fetch wait is over and max_task_idle is 0: nothing to wait out (the thread would poll without a timeout)"
+        );
+        assert_eq!(b.next(task(0), t0).map(|r| r.1), Some("l12"));
+        assert!(!b.waiting(), "nothing buffered: nothing to wait for");
     }
 
     #[test]
