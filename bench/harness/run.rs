@@ -822,7 +822,13 @@ fn latency(
                     send(&p, &topic, input.key(i).as_bytes(), &value, now_ms())?;
                     sent += 1;
                 }
-                p.poll(Duration::from_millis(1));
+                // Not `poll(1 ms)`: rdkafka's `BaseProducer::poll` waits
+                // out its whole timeout, and below 1 ms left it polls
+                // librdkafka with a timeout of 0 in a loop; with a delivery
+                // report every millisecond this feeder spun on a core the
+                // system under test and the broker needed.
+                p.poll(Duration::ZERO);
+                std::thread::sleep(Duration::from_millis(1));
             }
             p.flush(Duration::from_secs(30))?;
             Ok(())
