@@ -595,6 +595,27 @@ fn a_stream_table_join_of_preloaded_topics_waits_for_the_table_rows() {
         Duration::from_secs(120),
         committed_all,
     );
+    // With the input quiet, the thread waits in its poll (`poll_ms`)
+    // between rounds. A task whose wait for the table's fetch had ended
+    // without table records once counted as waiting for good, and its
+    // thread then polled with a zero timeout: a busy loop of hundreds of
+    // thousands of rounds a second, until the table partition got a row.
+    let polls = || -> f64 {
+        app.metrics()
+            .registry()
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "weir_thread_polls_total")
+            .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value()))
+            .sum()
+    };
+    let before = polls();
+    std::thread::sleep(Duration::from_secs(2));
+    let quiet_rounds = polls() - before;
+    assert!(
+        quiet_rounds < 1_000.0,
+        "{quiet_rounds} poll rounds in 2 s of quiet input: the stream thread polls without waiting"
+    );
     assert!(app.close(Duration::from_secs(60)), "the app stops");
     let mut joined: Vec<(String, String)> = common::read_to_end(&out)
         .into_iter()
