@@ -600,14 +600,8 @@ fn a_stream_table_join_of_preloaded_topics_waits_for_the_table_rows() {
     // without table records once counted as waiting for good, and its
     // thread then polled with a zero timeout: a busy loop of hundreds of
     // thousands of rounds a second, until the table partition got a row.
-    let polls = || -> f64 {
-        app.metrics()
-            .registry()
-            .gather()
-            .iter()
-            .filter(|f| f.name() == "weir_thread_polls_total")
-            .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value()))
-            .sum()
+    let polls = || {
+        common::weir_app::metric_in(&app.metrics().encode_text(), "weir_thread_polls_total", &[])
     };
     let before = polls();
     std::thread::sleep(Duration::from_secs(2));
