@@ -57,26 +57,17 @@ fn send(producer: &BaseProducer, mut record: BaseRecord<'_, [u8], [u8]>) -> Resu
 }
 
 /// Waits until every record sent is acknowledged and its delivery report
-/// served. rdkafka 0.39's `BaseProducer::flush` polls for 100 ms at a time
-/// (its `poll` always waits out its timeout), so a commit that flushes would
-/// take at least 100 ms; polling every 0.5 ms returns within ~0.5 ms of the
-/// last acknowledgement.
+/// served: Weir's own flush (`weir::runtime::flush_producer`), the fastest
+/// librdkafka allows through rdkafka 0.39 (it serves every waiting report
+/// per round, where `poll(0)` serves one, and sends lingering records at
+/// once), so the ceiling is not held back by a slower one.
 pub fn flush(producer: &BaseProducer, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            anyhow::bail!(
-                "flush timed out with {} records in flight",
-                producer.in_flight_count()
-            );
-        }
-        // poll(0) serves what is there; a timed poll would spin on the clock.
-        producer.poll(Duration::ZERO);
-        if producer.in_flight_count() > 0 {
-            std::thread::sleep(Duration::from_micros(500));
-        }
-    }
-    Ok(())
+    weir::runtime::flush_producer(producer, timeout).with_context(|| {
+        format!(
+            "flushing ({} records in flight)",
+            producer.in_flight_count()
+        )
+    })
 }
 
 /// Runs until `stop` is set.

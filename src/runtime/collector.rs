@@ -150,7 +150,13 @@ pub(crate) type ThreadProducer = BaseProducer<ProducerEventsContext>;
 /// of 100 ms and its `poll` always waits out its timeout, so every commit
 /// would take at least 100 ms (measured: the stream thread then processed
 /// about 1,000 records per commit interval; see BENCHMARKS.md).
-pub(crate) fn flush(producer: &ThreadProducer, timeout: Duration) -> Result<(), KafkaError> {
+///
+/// Public for the benchmark's raw rdkafka loop, whose ceiling should flush
+/// as fast as librdkafka allows too.
+pub fn flush<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
     let deadline = std::time::Instant::now() + timeout;
     while producer.in_flight_count() > 0 {
         if std::time::Instant::now() >= deadline {
@@ -174,7 +180,7 @@ pub(crate) fn flush(producer: &ThreadProducer, timeout: Duration) -> Result<(), 
 /// Each served event lowers `in_flight_count`, so serving stops once a call
 /// found nothing. (A timed poll would spin on the clock below a
 /// millisecond.)
-fn serve_events(producer: &ThreadProducer) {
+fn serve_events<C: ProducerContext>(producer: &BaseProducer<C>) {
     loop {
         let before = producer.in_flight_count();
         producer.poll(Duration::ZERO);
@@ -194,7 +200,7 @@ fn serve_events(producer: &ThreadProducer) {
 /// sleep instead left the last records of a commit in their partition queues
 /// until `linger.ms` (5 ms) ran out: a quiet passthrough commit flushed in
 /// 6 ms, and in 1.3 ms with this wait (median of 150 commits).
-fn wait_sending(producer: &ThreadProducer) {
+fn wait_sending<C: ProducerContext>(producer: &BaseProducer<C>) {
     // SAFETY: the handle is a live producer's, borrowed for the call.
     unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 1) };
 }

@@ -60,6 +60,7 @@ mod warm;
 
 pub use app::KafkaStreams;
 pub use buffer::{BufferStats, BufferStatsSnapshot};
+pub use collector::flush as flush_producer;
 pub use end_of_partition::EndOfPartitionContext;
 pub use error::{Recovery, StreamsError};
 pub(crate) use query::QueryBus;
