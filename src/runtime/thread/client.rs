@@ -127,9 +127,10 @@ impl TxnProducer for ThreadProducer {
     fn purge(&self) {
         // librdkafka waits for the delivery reports of purged records
         // before it aborts, and a BaseProducer only delivers them while
-        // polled: purge, then serve them.
+        // polled: purge, then serve them (with the commit's flush, which
+        // returns once they are served; rdkafka's polls 100 ms at a time).
         Producer::purge(self, PurgeConfig::default().queue().inflight());
-        let _ = Producer::flush(self, Duration::from_secs(5));
+        let _ = crate::runtime::collector::flush(self, Duration::from_secs(5));
     }
 
     fn abort_transaction(&self, timeout: Duration) -> KafkaResult<()> {
