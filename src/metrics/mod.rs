@@ -39,6 +39,7 @@
 //! | `weir_standby_tasks` | gauge | – | standby tasks this instance keeps warm |
 //! | `weir_standby_applied_records_total` | counter | – | changelog records applied to standby tasks |
 //! | `weir_standby_takeovers_total` | counter | – | standby copies a stream thread took over as active tasks (restoring only their tail) |
+//! | `weir_task_open_waits_total` | counter | – | assigned tasks a stream thread could not open yet because another thread of this instance still had them open (its group membership was dropped); each is retried after a backoff |
 //! | `weir_consumer_lag_records` | gauge | `topic`, `partition` | log end (last stable offset under exactly-once) − position, from librdkafka statistics |
 //!
 //! # Invariants
@@ -110,6 +111,7 @@ pub struct Metrics {
     pub(crate) standby_tasks: IntGauge,
     pub(crate) standby_applied: IntCounter,
     pub(crate) standby_takeovers: IntCounter,
+    pub(crate) task_open_waits: IntCounter,
     pub(crate) consumer_lag: IntGaugeVec,
     /// The last lag and end offset of each (topic, partition) and when
     /// its statistics came (the scaling signal needs the time: statistics
@@ -203,6 +205,10 @@ impl Metrics {
         let standby_takeovers = plain_counter(
             "weir_standby_takeovers_total",
             "Standby copies a stream thread took over as active tasks.",
+        );
+        let task_open_waits = plain_counter(
+            "weir_task_open_waits_total",
+            "Assigned tasks a stream thread could not open yet because another thread of this instance still had them open.",
         );
         let t = &["thread"];
         let mut metrics = Metrics {
@@ -352,6 +358,7 @@ impl Metrics {
             standby_tasks,
             standby_applied,
             standby_takeovers,
+            task_open_waits,
             consumer_lag: gauge(
                 "weir_consumer_lag_records",
                 "Records between the consumer's position and the end of the partition (last stable offset under exactly-once), from librdkafka statistics.",
@@ -428,7 +435,7 @@ mod tests {
     fn exported_names_cover_every_registered_family() {
         let metrics = Metrics::new("app");
         let names = metrics.exported_names();
-        assert_eq!(metrics.families.len(), 32, "{names:?}");
+        assert_eq!(metrics.families.len(), 33, "{names:?}");
         let exported: Vec<String> = metrics
             .registry()
             .gather()

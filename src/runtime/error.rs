@@ -10,6 +10,7 @@
 //! | class | examples | what the stream thread does |
 //! |---|---|---|
 //! | [`Recovery::Retry`] | broker unreachable (`BrokerTransportFailure`, `AllBrokersDown`), a request or `commit_transaction` timed out, coordinator moving | the same call again after a backoff; nothing is aborted |
+//! | [`Recovery::Retry`] | an assigned task another stream thread of this instance still has open ([`StreamsError::TaskStillOpen`]) | the thread closes its tasks and opens them all again after a backoff, until the other thread has closed it |
 //! | [`Recovery::AbortAndRewind`] | a record not delivered, a transaction that requires abort, a store write that may succeed when retried | abort the transaction, drop the tasks' uncommitted store writes, rewind the consumer to the committed offsets, reopen the tasks |
 //! | [`Recovery::TaskMigrated`] | producer fenced (the coordinator aborted a transaction that outlived `transaction.timeout.ms`), member or generation unknown | as abort-and-rewind, and a new producer replaces the fenced one |
 //! | [`Recovery::TaskCorrupted`] | a store ahead of its changelog, corrupt store files | the task's local state is wiped and restored from the changelog |
@@ -82,6 +83,19 @@ pub enum StreamsError {
         /// The transactional id.
         transactional_id: String,
     },
+    /// The group assigned this thread a task that another stream thread of
+    /// this instance still has open: that thread's group membership was
+    /// dropped (it was stuck past `max.poll.interval.ms`, say) and it has
+    /// not polled since, so it has not closed the task yet. Retried.
+    #[error(
+        "task {task} is still open on stream thread {thread} of this instance (its group membership was dropped and it has not closed the task yet); retrying"
+    )]
+    TaskStillOpen {
+        /// The task.
+        task: crate::processor::TaskId,
+        /// The stream thread that has it open.
+        thread: usize,
+    },
     /// A task failed (an error handler set to fail, or a store error).
     #[error(transparent)]
     Task(#[from] TaskError),
@@ -141,7 +155,7 @@ impl StreamsError {
     pub fn recovery(&self) -> Recovery {
         match self {
             StreamsError::Fenced { .. } => Recovery::TaskMigrated,
-            StreamsError::Timeout { .. } => Recovery::Retry,
+            StreamsError::Timeout { .. } | StreamsError::TaskStillOpen { .. } => Recovery::Retry,
             StreamsError::Kafka { source, .. } => classify_kafka(source, Recovery::AbortAndRewind),
             StreamsError::Store(e) => classify_store(e),
             StreamsError::Task(e) => chain_recovery(e).unwrap_or(Recovery::Fatal),

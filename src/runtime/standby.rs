@@ -23,12 +23,18 @@
 //!
 //! # Invariants
 //!
-//! * A task is open at most once per instance: as an active task of a stream
-//!   thread or as a standby, never both. [`StandbyRegistry`] holds both sets
-//!   under one lock; a stream thread [`claim`](StandbyRegistry::claim)s a
-//!   task before opening it and takes over a standby copy if one exists
-//!   (committed up to the last applied changelog record, so its restore
-//!   reads only the tail).
+//! * A task is open at most once per instance: as an active task of one
+//!   stream thread or as a standby, never both. [`StandbyRegistry`] holds
+//!   the active tasks (with their thread) and the standbys under one lock; a
+//!   stream thread [`claim`](StandbyRegistry::claim)s a task before opening
+//!   it and takes over a standby copy if one exists (committed up to the
+//!   last applied changelog record, so its restore reads only the tail).
+//!   A claim of a task another stream thread still has open is refused
+//!   ([`StreamsError::TaskStillOpen`]): the group gave it away when that
+//!   thread's membership was dropped (stuck past `max.poll.interval.ms`,
+//!   say), and that thread closes it at its next poll; the claiming thread
+//!   retries after a backoff (Kafka Streams retries a task whose directory
+//!   lock it cannot take). Only the owner's release frees a claim.
 //! * A standby reads its changelogs with the changelog reader a restore
 //!   uses (`changelog/`, following instead of stopping at the end): from
 //!   each store's committed offset + 1, or the log's start when the records
@@ -105,7 +111,8 @@ impl StandbyTask {
 
 #[derive(Default)]
 struct Registry {
-    active: BTreeSet<TaskId>,
+    /// The active tasks and the stream thread that has each open.
+    active: BTreeMap<TaskId, usize>,
     standby: BTreeMap<TaskId, StandbyTask>,
     /// Set by the standby thread when it starts (no standbys before that).
     metrics: Option<Arc<Metrics>>,
@@ -131,17 +138,32 @@ impl StandbyRegistry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks `id` active on a stream thread; returns its standby copy, if
-    /// this instance kept one, for the thread to take over.
-    pub(crate) fn claim(&self, id: TaskId) -> Option<StandbyTask> {
+    /// Marks `id` active on stream thread `thread`; returns its standby
+    /// copy, if this instance kept one, for the thread to take over. Fails
+    /// while another stream thread still has `id` open.
+    pub(crate) fn claim(
+        &self,
+        id: TaskId,
+        thread: usize,
+    ) -> Result<Option<StandbyTask>, StreamsError> {
         let mut registry = self.lock();
-        registry.active.insert(id);
-        let standby = registry.standby.remove(&id)?;
+        match registry.active.get(&id) {
+            Some(&owner) if owner != thread => {
+                return Err(StreamsError::TaskStillOpen {
+                    task: id,
+                    thread: owner,
+                });
+            }
+            _ => registry.active.insert(id, thread),
+        };
+        let Some(standby) = registry.standby.remove(&id) else {
+            return Ok(None);
+        };
         registry.publish_count();
         if let Some(m) = &registry.metrics {
             m.standby_takeovers.inc();
         }
-        Some(standby)
+        Ok(Some(standby))
     }
 
     /// Runs `read` on store `store` of this instance's standby copy of
@@ -162,9 +184,13 @@ impl StandbyRegistry {
         Some((found, standby.task.store_committed_offset(store)))
     }
 
-    /// `id` is no longer active here (its task was closed).
-    pub(crate) fn release(&self, id: TaskId) {
-        self.lock().active.remove(&id);
+    /// Stream thread `thread` no longer has `id` open (closed, or failed to
+    /// open). A task another thread claimed stays claimed.
+    pub(crate) fn release(&self, id: TaskId, thread: usize) {
+        let mut registry = self.lock();
+        if registry.active.get(&id) == Some(&thread) {
+            registry.active.remove(&id);
+        }
     }
 
     fn close_all(&self) {
@@ -370,7 +396,7 @@ fn update_standbys(
         }
     }
     for &id in desired {
-        if reg.active.contains(&id) || reg.standby.contains_key(&id) {
+        if reg.active.contains_key(&id) || reg.standby.contains_key(&id) {
             continue;
         }
         let task = open_task(env, id)?;
@@ -570,5 +596,34 @@ mod tests {
             BTreeSet::new(),
             "no peer, no standby"
         );
+    }
+
+    #[test]
+    fn a_task_is_claimed_by_one_stream_thread_until_that_thread_releases_it() {
+        let registry = StandbyRegistry::default();
+        assert!(registry.claim(t(0, 0), 1).unwrap().is_none());
+        assert!(
+            registry.claim(t(0, 0), 1).unwrap().is_none(),
+            "again by its owner"
+        );
+        match registry.claim(t(0, 0), 0) {
+            Err(StreamsError::TaskStillOpen { task, thread }) => {
+                assert_eq!((task, thread), (t(0, 0), 1));
+            }
+            other => panic!(
+                "claimed by a second thread: {:?}",
+                other.map(|s| s.is_some())
+            ),
+        }
+        let refused = registry.claim(t(0, 0), 0).map(|s| s.is_some());
+        assert_eq!(
+            refused.map_err(|e| e.recovery()),
+            Err(crate::runtime::Recovery::Retry)
+        );
+        // A failed open by the refused thread releases nothing.
+        registry.release(t(0, 0), 0);
+        assert!(registry.claim(t(0, 0), 0).is_err());
+        registry.release(t(0, 0), 1);
+        assert!(registry.claim(t(0, 0), 0).unwrap().is_none());
     }
 }

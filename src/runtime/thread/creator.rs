@@ -21,14 +21,21 @@ use crate::runtime::warm::opening_threads;
 /// Opens active tasks for one stream thread.
 pub(crate) struct ActiveTaskCreator {
     pub(super) env: Arc<ThreadEnv>,
+    /// The stream thread's index: who claims the tasks it opens.
+    thread: usize,
     /// Reads changelogs (a consumer without a group).
     restore: SlicedRestore,
 }
 
 impl ActiveTaskCreator {
-    pub(super) fn new(env: Arc<ThreadEnv>, restore_consumer: RestoreConsumer) -> Self {
+    pub(super) fn new(
+        env: Arc<ThreadEnv>,
+        thread: usize,
+        restore_consumer: RestoreConsumer,
+    ) -> Self {
         ActiveTaskCreator {
             env,
+            thread,
             restore: SlicedRestore::new(restore_consumer),
         }
     }
@@ -40,15 +47,21 @@ fn open_local(env: &ThreadEnv, id: TaskId) -> Result<TaskInstance, StreamsError>
 }
 
 impl ActiveTaskCreator {
-    /// Task `id` when it need not be opened: this instance's standby copy,
-    /// or the task opened ahead at start-up (`warm.rs`).
+    /// Claims task `id` for this thread, then returns it when it need not
+    /// be opened: this instance's standby copy, or the task opened ahead at
+    /// start-up (`warm.rs`). A task another stream thread still has open
+    /// is an error ([`StreamsError::TaskStillOpen`]), counted.
     fn take_open(&self, id: TaskId) -> Option<Result<TaskInstance, StreamsError>> {
-        match self.env.standbys.claim(id) {
-            Some(standby) => {
+        match self.env.standbys.claim(id, self.thread) {
+            Ok(Some(standby)) => {
                 tracing::info!(task = %id, "taking over the standby copy");
                 Some(standby.into_task())
             }
-            None => self.env.warm.take(id).map(Ok),
+            Ok(None) => self.env.warm.take(id).map(Ok),
+            Err(e) => {
+                self.env.metrics.task_open_waits.inc();
+                Some(Err(e))
+            }
         }
     }
 
@@ -65,7 +78,7 @@ impl ActiveTaskCreator {
                 Ok(task)
             }
             Err(e) => {
-                self.env.standbys.release(id);
+                self.env.standbys.release(id, self.thread);
                 Err(e)
             }
         }
@@ -141,6 +154,6 @@ impl TaskCreator for ActiveTaskCreator {
     }
 
     fn released(&mut self, id: TaskId) {
-        self.env.standbys.release(id);
+        self.env.standbys.release(id, self.thread);
     }
 }

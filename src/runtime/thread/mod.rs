@@ -227,6 +227,7 @@ pub(crate) fn run(env: Arc<ThreadEnv>, index: usize, process_id: &str) -> Result
     )?;
     let creator = ActiveTaskCreator::new(
         env.clone(),
+        index,
         super::clients::active_restore_consumer(config)?,
     );
     let thread: Shared = Arc::new(Mutex::new(StreamThread {
