@@ -308,6 +308,39 @@ fn an_internal_topic_deleted_while_running_stops_with_its_name() {
 }
 
 #[test]
+fn a_session_timeout_the_broker_refuses_stops_the_instance_with_what_to_set() {
+    let app_id = common::unique_topic("short-session");
+    let input = format!("{app_id}-in");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::create_topics(&[(&input, 1)]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&app_id, &common::bootstrap(), dir.path());
+    c.set("group_protocol", "classic").unwrap();
+    // Becomes the session timeout, below the broker's 6 s minimum.
+    c.consumer_overrides
+        .insert("max.poll.interval.ms".into(), "3000".into());
+    let mut app = KafkaStreams::new(passthrough(&[&input], &format!("{app_id}-out")), c).unwrap();
+    app.start().unwrap();
+    let state = app.wait_for_state(Duration::from_secs(60), |s| {
+        s == weir::runtime::AppState::Error
+    });
+    assert_eq!(
+        state,
+        weir::runtime::AppState::Error,
+        "the instance kept joining"
+    );
+    let err = app.error().expect("the error is kept").to_string();
+    println!("{err}");
+    assert!(
+        err.contains("session timeout of 3000 ms")
+            && err.contains("derived from max.poll.interval.ms")
+            && err.contains("set consumer.session.timeout.ms"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_state_dir_that_cannot_be_created_stops_start_with_the_path() {
     let dir = tempfile::tempdir().unwrap();
     // A regular file where a directory must go (the tests run as root, so

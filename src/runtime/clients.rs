@@ -40,6 +40,43 @@ fn session_timeout_ms(config: &StreamsConfig) -> u64 {
         .map_or(10_000, |max_poll| max_poll.clamp(1, 10_000))
 }
 
+/// A classic-protocol consumer's session timeout as the broker receives it
+/// (the one given, else [`session_timeout_ms`]'s) and whether it was given.
+pub(crate) fn effective_session_timeout_ms(config: &StreamsConfig) -> (String, bool) {
+    let given = [&config.consumer_overrides, &config.client_overrides]
+        .into_iter()
+        .find_map(|map| map.get("session.timeout.ms"));
+    match given {
+        Some(ms) => (ms.clone(), true),
+        None => (session_timeout_ms(config).to_string(), false),
+    }
+}
+
+/// The error for a session timeout the broker refused (classic protocol):
+/// what was asked, where it came from and what to set.
+pub(crate) fn refused_session_timeout(config: &StreamsConfig) -> crate::config::ConfigError {
+    let (ms, given) = effective_session_timeout_ms(config);
+    let max_poll_given = [&config.consumer_overrides, &config.client_overrides]
+        .into_iter()
+        .any(|map| map.contains_key("max.poll.interval.ms"));
+    let origin = if given {
+        "consumer.session.timeout.ms"
+    } else if max_poll_given {
+        "derived from max.poll.interval.ms, which is lower than Weir's 10000 ms default"
+    } else {
+        "Weir's default"
+    };
+    crate::config::ConfigError::new(
+        "consumer.session.timeout.ms",
+        format!(
+            "the broker refused the consumer group session timeout of {ms} ms ({origin}); \
+             it accepts group.min.session.timeout.ms to group.max.session.timeout.ms \
+             (6000 to 1800000 by default): set consumer.session.timeout.ms (and \
+             consumer.max.poll.interval.ms, which must not be lower) within them"
+        ),
+    )
+}
+
 /// The `client.id` of stream thread `index`'s group consumer:
 /// `<application_id>-<process id>-<index>-consumer`, then
 /// `@<advertised endpoint>` when there is one. Other instances read both

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers as _};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, TopicPartitionList};
 
 use super::{RebalanceContext, Shared, StreamThread, ThreadEnv, ThreadState, lock, wall_clock_ms};
@@ -233,6 +234,15 @@ fn poll<'c>(
     while let Some(polled) = next {
         match polled {
             Ok(message) => state.batch.push(message),
+            Err(error)
+                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidSessionTimeout) =>
+            {
+                // A join the broker refuses for good (librdkafka retries it
+                // every 2 s, forever): the instance would never start.
+                return Err(StreamsError::Config(
+                    crate::runtime::clients::refused_session_timeout(&env.config),
+                ));
+            }
             Err(error) => match classify_kafka(&error, Recovery::Retry) {
                 Recovery::Fatal => return Err(StreamsError::kafka("polling", error)),
                 _ => state.polling_errors.note(index, &error),
