@@ -1,8 +1,8 @@
 //! Restores run outside the rebalance callback, in slices between
 //! processing rounds: a word-count task whose changelog holds 14,000,000
 //! records restores on an instance whose `max.poll.interval.ms` is far
-//! below the restore time. The instance stays in the group (one
-//! rebalance, no poll-interval violation), its other tasks keep committing
+//! below the restore time. The instance stays in the group (no task
+//! revoked, no poll-interval violation), its other tasks keep committing
 //! output while the restore runs, and the final counts are exact
 //! (`exactly_once_v2`, read back with `read_committed`).
 //!
@@ -182,6 +182,11 @@ fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
     let arrivals = watcher.join().unwrap();
     let during = arrivals.iter().filter(|t| **t > start && **t < end).count();
     let rebalances = app.metric("weir_rebalances_total").unwrap_or(0.0);
+    let moved = |change: &str| {
+        app.metric_with("weir_rebalance_tasks_total", &[("change", change)])
+            .unwrap_or_else(|| panic!("no weir_rebalance_tasks_total{{change={change}}}"))
+    };
+    let (assigned, revoked) = (moved("assigned"), moved("revoked"));
     let log = app.log_text();
     assert_eq!(app.stop(), Some(0), "{}", tail(&app.log_text()));
 
@@ -190,8 +195,11 @@ fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
         .find(|l| l.contains("restored task") && l.contains("1_0"))
         .unwrap_or_else(|| panic!("no restore of task 1_0 logged:\n{}", tail(&log)));
     println!("{restored_line}");
+    for line in log.lines().filter(|l| l.contains("rebalance")) {
+        println!("{line}");
+    }
     println!(
-        "restore window seen on /metrics: {:.1} s; output records committed meanwhile: {during}; rebalances: {rebalances}; sentences: {n}",
+        "restore window seen on /metrics: {:.1} s; output records committed meanwhile: {during}; rebalances: {rebalances}; tasks assigned {assigned}, revoked {revoked}; sentences: {n}",
         (end - start).as_secs_f64()
     );
     assert!(
@@ -203,9 +211,15 @@ fn a_long_restore_does_not_block_polling_or_the_other_tasks() {
         during > 0,
         "other tasks produced no output while task 1_0 restored"
     );
+    // Under KIP-848 the first assignment may come in two steps (the
+    // repartition topic created at start-up can be missing from the
+    // broker's metadata at the first heartbeat), so the rebalances are
+    // not counted; what a member dropped from the group does is lose
+    // (revoke) its tasks.
+    assert!(assigned > 0.0, "tasks were assigned ({assigned})");
     assert_eq!(
-        rebalances, 1.0,
-        "the instance stayed in the group: one rebalance (the first join)"
+        revoked, 0.0,
+        "the instance stayed in the group: no task was revoked ({rebalances} rebalances)"
     );
     assert!(
         !log.contains("max.poll.interval.ms"),
