@@ -389,6 +389,28 @@ impl SmallDisk {
         let _ = file.sync_all();
         path
     }
+
+    /// `df`'s line for the disk.
+    fn usage(&self) -> String {
+        let out = std::process::Command::new("df")
+            .arg("-B1")
+            .arg(&self.0)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.lines().last().unwrap_or("df failed").to_string()
+    }
+
+    /// Appends to `path` (a file [`SmallDisk::fill`] wrote) until the disk
+    /// is full again: takes what the instance freed (RocksDB deletes a
+    /// write-ahead log once its memtable is flushed, and a word count's
+    /// store does not grow, so the freed room could last it for good).
+    fn top_up(path: &std::path::Path) {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        let chunk = vec![7u8; 4 << 10];
+        while file.write_all(&chunk).and_then(|()| file.flush()).is_ok() {}
+    }
 }
 
 impl Drop for SmallDisk {
@@ -421,18 +443,27 @@ fn a_full_disk_stops_the_instance_with_the_reason_and_the_store_is_sound_after()
     // The disk fills while the instance runs.
     let filler = disk.fill("filler");
     let full = Instant::now();
-    // Input keeps coming until the instance stops.
+    // Input keeps coming until the instance stops; the disk stays full.
     let mut produced = step;
     while app.is_running() && full.elapsed() < Duration::from_secs(120) {
         f.produce(produced, step / 4);
         produced += step / 4;
-        wait_until(Duration::from_secs(5), || !app.is_running());
+        wait_until(Duration::from_secs(5), || {
+            SmallDisk::top_up(&filler);
+            !app.is_running()
+        });
     }
     let stopped = !app.is_running();
     let log = app.log_text();
     assert!(
         stopped,
-        "still running 120 s after the disk filled:\n{}",
+        "still running 120 s after the disk filled ({}; counted {} of {produced} lines):\n{}",
+        disk.usage(),
+        // Five words a line.
+        common::counting::output_counts(&f.output)
+            .values()
+            .sum::<i64>()
+            / 5,
         tail(&log)
     );
     println!("stopped {:?} after the disk filled", full.elapsed());
