@@ -505,6 +505,14 @@ pub(crate) fn committed_reader(bootstrap: &str, group: &str) -> Result<BaseConsu
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("fetch.wait.max.ms", "10")
+        // librdkafka's default (1 s) postpones the next fetch of a
+        // partition whose local queue was over `queued.min.messages` when
+        // it was last fetched: after a throughput run's output, the
+        // reader fetched nothing for a second, so the latency phase's
+        // first outputs reached it ~0.9 s late, which made count's p99
+        // (the broker's request log showed the gap: Weir's transactions
+        // every 100 ms, its markers within 2 ms, no fetch by the reader).
+        .set("fetch.queue.backoff.ms", "20")
         .create()?)
 }
 
