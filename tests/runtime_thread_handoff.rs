@@ -18,7 +18,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::counting::output_counts;
 use weir::config::StreamsConfig;
@@ -94,23 +94,20 @@ fn truth(records: &[(Option<Vec<u8>>, Vec<u8>)]) -> BTreeMap<String, i64> {
 }
 
 /// Waits until the committed counts equal `expected`; panics when the
-/// instance fails or `timeout` passes.
+/// instance fails or 120 s pass.
 fn wait_for_counts(app: &KafkaStreams, output: &str, expected: &BTreeMap<String, i64>) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(e) = app.error() {
-            panic!("the instance failed: {e}");
-        }
-        let counts = output_counts(output);
-        if &counts == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "counts never reached the truth; last: {counts:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    common::counting::wait_until(
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        &mut [],
+        || {
+            if let Some(e) = app.error() {
+                panic!("the instance failed: {e}");
+            }
+            output_counts(output)
+        },
+        |counts| counts == expected,
+    );
 }
 
 #[test]

@@ -34,34 +34,30 @@ fn base(
 /// timeout above it). A `session.timeout.ms` given in the configuration is
 /// applied over it.
 fn session_timeout_ms(config: &StreamsConfig) -> u64 {
-    [&config.consumer_overrides, &config.client_overrides]
-        .into_iter()
-        .find_map(|map| map.get("max.poll.interval.ms")?.parse::<u64>().ok())
+    consumer_setting(config, "max.poll.interval.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
         .map_or(10_000, |max_poll| max_poll.clamp(1, 10_000))
 }
 
-/// A classic-protocol consumer's session timeout as the broker receives it
-/// (the one given, else [`session_timeout_ms`]'s) and whether it was given.
-pub(crate) fn effective_session_timeout_ms(config: &StreamsConfig) -> (String, bool) {
-    let given = [&config.consumer_overrides, &config.client_overrides]
-        .into_iter()
-        .find_map(|map| map.get("session.timeout.ms"));
-    match given {
-        Some(ms) => (ms.clone(), true),
-        None => (session_timeout_ms(config).to_string(), false),
-    }
+/// The consumer setting `key` as given in the configuration: the
+/// `consumer.` key, else the `kafka.` one (applied in that order, so the
+/// consumer's wins).
+fn consumer_setting<'c>(config: &'c StreamsConfig, key: &str) -> Option<&'c String> {
+    config
+        .consumer_overrides
+        .get(key)
+        .or_else(|| config.client_overrides.get(key))
 }
 
 /// The error for a session timeout the broker refused (classic protocol):
-/// what was asked, where it came from and what to set.
+/// what was asked (the one given, else [`session_timeout_ms`]'s), where it
+/// came from and what to set.
 pub(crate) fn refused_session_timeout(config: &StreamsConfig) -> crate::config::ConfigError {
-    let (ms, given) = effective_session_timeout_ms(config);
-    let max_poll_given = [&config.consumer_overrides, &config.client_overrides]
-        .into_iter()
-        .any(|map| map.contains_key("max.poll.interval.ms"));
-    let origin = if given {
+    let given = consumer_setting(config, "session.timeout.ms");
+    let ms = given.map_or_else(|| session_timeout_ms(config).to_string(), String::clone);
+    let origin = if given.is_some() {
         "consumer.session.timeout.ms"
-    } else if max_poll_given {
+    } else if consumer_setting(config, "max.poll.interval.ms").is_some() {
         "derived from max.poll.interval.ms, which is lower than Weir's 10000 ms default"
     } else {
         "Weir's default"
@@ -206,8 +202,7 @@ pub(crate) fn active_restore_consumer<C: ConsumerContext + Default + 'static>(
     config: &StreamsConfig,
 ) -> Result<BaseConsumer<C>, StreamsError> {
     let mut c = restore_config(config);
-    let key = "fetch.wait.max.ms";
-    if !config.consumer_overrides.contains_key(key) && !config.client_overrides.contains_key(key) {
+    if consumer_setting(config, "fetch.wait.max.ms").is_none() {
         c.set("fetch.wait.max.ms", ACTIVE_RESTORE_FETCH_WAIT_MS);
     }
     c.create_with_context(C::default())
