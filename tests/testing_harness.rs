@@ -1,7 +1,8 @@
 //! `weir::testing`, the harness Weir ships for users' integration tests, on
 //! the real broker: topic creation, producing, and a `read_committed` read
 //! that sees committed transactions and never an aborted one; and a user's
-//! topology test written as the module docs show it.
+//! topology test written as the module docs show it; and describing an
+//! application's consumer group.
 
 use std::time::Duration;
 
@@ -116,4 +117,53 @@ fn a_topology_test_as_the_docs_show_it() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].key.as_deref(), Some(&b"b"[..]));
     assert_eq!(out[0].value.as_deref(), Some(&250i64.to_be_bytes()[..]));
+}
+
+/// `group_members` lists a running application's stream threads and the
+/// partitions each owns: two threads on a two-partition topic end up with
+/// one partition each.
+#[test]
+fn group_members_shows_each_stream_thread_and_its_partitions() {
+    let kafka = testing::broker();
+    let (input, output) = (unique_name("members-in"), unique_name("members-out"));
+    kafka.create_topics(&[(&input, 2), (&output, 2)]);
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<String, String>(&input, Consumed::new())
+        .to(&output, Produced::new());
+    let app_id = unique_name("members-app");
+    let mut config = kafka.streams_config(&app_id);
+    config.num_stream_threads = 2;
+    let mut app = KafkaStreams::new(builder.build().unwrap(), config).unwrap();
+    app.start().unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let members = loop {
+        let members =
+            testing::group_members(kafka.bootstrap_servers(), &app_id, Duration::from_secs(10))
+                .expect("describing the group");
+        let settled = members.len() == 2 && members.iter().all(|m| m.assignment.len() == 1);
+        if settled || std::time::Instant::now() > deadline {
+            break members;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(app.close(Duration::from_secs(30)));
+    assert_eq!(members.len(), 2, "members: {members:?}");
+    let mut owned: Vec<(String, i32)> = members
+        .iter()
+        .inspect(|m| assert!(m.client_id.starts_with(&app_id), "{m:?}"))
+        .flat_map(|m| m.assignment.clone())
+        .collect();
+    owned.sort();
+    assert_eq!(owned, vec![(input.clone(), 0), (input.clone(), 1)]);
+    assert!(
+        testing::group_members(
+            kafka.bootstrap_servers(),
+            "no-such-group",
+            Duration::from_secs(10)
+        )
+        .expect("describing an unknown group")
+        .is_empty()
+    );
 }

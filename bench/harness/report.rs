@@ -246,8 +246,10 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
     writeln!(
         w,
         "Throughput (steady state): the whole input is in its topic before the system starts; \
-         the window opens when the system's committed input offsets pass the warm-up records \
-         and closes when they reach the input's end; throughput = input records committed in \
+         the window opens when the system's group has settled (one member per stream thread, \
+         each owning input partitions: under KIP-848 the first thread to join takes them all and \
+         hands the others' shares over two heartbeats) and its committed input offsets have \
+         passed the warm-up records, and closes when they reach the input's end; throughput = input records committed in \
          the window / its length (a run whose complete output is not then visible to a \
          `read_committed` reader fails). Latency: output visible − its input's timestamp, at the \
          fixed rate above. Peak RSS: `VmHWM` of the process. CPU: utime + stime of the process \
@@ -269,7 +271,7 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
         writeln!(w)?;
         writeln!(
             w,
-            "| workload | system | records/s | range | p50 ms | p99 ms | peak RSS MiB | CPU s / M records | vs Kafka Streams | vs raw loop | window s (input written in s) |"
+            "| workload | system | records/s | range | p50 ms | p99 ms | peak RSS MiB | CPU s / M records | vs Kafka Streams | vs raw loop | window s (group settled after s; input written in s) |"
         )?;
         writeln!(
             w,
@@ -288,7 +290,7 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
             }
             writeln!(
                 w,
-                "| {} | {} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {:.1} ({:.1}) |",
+                "| {} | {} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {:.1} ({:.1}; {:.1}) |",
                 o.workload,
                 o.system,
                 o.throughput,
@@ -300,6 +302,7 @@ pub fn write(ctx: &Context<'_>, all: &[Outcome]) -> Result<()> {
                 ratios(o, peer_ks(all, o)),
                 ratios(o, find(all, o, "raw", 1)),
                 o.seconds,
+                o.settle_seconds,
                 o.load_seconds,
             )?;
         }

@@ -148,6 +148,9 @@ pub struct Outcome {
     pub peak_rss_bytes: u64,
     /// How long writing the input took (before the system started).
     pub load_seconds: f64,
+    /// From the system's start until its group had settled (one member
+    /// per thread, every member owning input partitions).
+    pub settle_seconds: f64,
     /// Lowest and highest throughput of the repetitions this outcome is
     /// the median of (equal for one run).
     pub throughput_range: (f64, f64),
@@ -192,6 +195,7 @@ impl Outcome {
             latency_samples: first.latency_samples,
             peak_rss_bytes: of(|o| Some(o.peak_rss_bytes as f64)).unwrap_or_default() as u64,
             load_seconds: of(|o| Some(o.load_seconds)).unwrap_or_default(),
+            settle_seconds: of(|o| Some(o.settle_seconds)).unwrap_or_default(),
             throughput_range: (
                 throughputs.iter().copied().fold(f64::INFINITY, f64::min),
                 throughputs.iter().copied().fold(0.0, f64::max),
@@ -698,7 +702,7 @@ fn measure(settings: &Settings, system: &System, args: &RunArgs, o: &mut Outcome
         .join(format!("{}.log", args.app_id));
     let mut child = spawn(settings, system, args, &log)?;
     let result = (|| -> Result<()> {
-        steady_state(settings, args, &mut child, &log, o)?;
+        steady_state(settings, args, system.threads, &mut child, &log, o)?;
         // Every output record must be there (the throughput counts nothing
         // that was not produced correctly).
         let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
@@ -740,14 +744,47 @@ fn committed(client: &BaseConsumer, topic: &str, partitions: i32) -> Result<u64>
         .sum())
 }
 
+/// Whether the system's group has settled: one member per stream thread,
+/// every input partition owned, and each member owning some when there are
+/// enough partitions. Under KIP-848 the first thread to join takes every
+/// partition and the broker moves the others' shares over the next
+/// heartbeats of both members (2 s each on `scripts/kafka`'s broker):
+/// until then those partitions are processed by nobody for a while.
+fn group_settled(settings: &Settings, args: &RunArgs, threads: usize) -> Result<bool, String> {
+    let members =
+        weir::testing::group_members(&settings.bootstrap, &args.app_id, Duration::from_secs(5))?;
+    let mut owned: Vec<i32> = Vec::new();
+    let mut idle = 0;
+    for member in &members {
+        let before = owned.len();
+        owned.extend(
+            member
+                .assignment
+                .iter()
+                .filter(|(topic, _)| *topic == args.input)
+                .map(|&(_, partition)| partition),
+        );
+        if owned.len() == before {
+            idle += 1;
+        }
+    }
+    owned.sort_unstable();
+    owned.dedup();
+    let all_owned = owned.len() == settings.partitions as usize;
+    let all_busy = idle == 0 || (settings.partitions as usize) < threads;
+    Ok(members.len() == threads && all_owned && all_busy)
+}
+
 /// The throughput of the steady state: the window opens when the system's
-/// committed input offsets pass the warm-up records (start-up, the first
-/// rebalance and the JIT's warm-up are behind it) and closes when they
-/// reach the end of the input. Throughput = records committed in the window
-/// / its length; CPU = the child's utime + stime over it.
+/// group has settled ([`group_settled`]) and its committed input offsets
+/// have passed the warm-up records (start-up, the first rebalance and the
+/// JIT's warm-up are behind it), and closes when they reach the end of the
+/// input. Throughput = records committed in the window / its length; CPU =
+/// the child's utime + stime over it.
 fn steady_state(
     settings: &Settings,
     args: &RunArgs,
+    threads: usize,
     child: &mut Child,
     log: &std::path::Path,
     o: &mut Outcome,
@@ -762,11 +799,30 @@ fn steady_state(
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(settings.timeout_secs);
     let mut start: Option<(Instant, u64, Duration)> = None;
+    let spawned = Instant::now();
+    let mut settled = false;
+    let mut last_check: Option<Instant> = None;
     loop {
+        if !settled && last_check.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            last_check = Some(Instant::now());
+            match group_settled(settings, args, threads) {
+                Ok(true) => {
+                    settled = true;
+                    o.settle_seconds = spawned.elapsed().as_secs_f64();
+                }
+                Ok(false) => {}
+                Err(e) => eprintln!("  describing group {}: {e}", args.app_id),
+            }
+        }
         let at = committed(&client, &args.input, settings.partitions)?;
         let now = Instant::now();
-        if start.is_none() && at >= warm {
+        if start.is_none() && settled && at >= warm {
             start = Some((now, at, procstat::cpu_time(pid, ticks).unwrap_or_default()));
+        }
+        if at >= total && start.is_none() {
+            bail!(
+                "all input was committed before the group settled ({threads} threads); raise BENCH_RECORDS"
+            );
         }
         if at >= total {
             let (t1, c1, cpu1) = start.expect("the warm-up precedes the end");

@@ -98,13 +98,14 @@ pub(crate) fn instances(
     instances
 }
 
-/// One member of the group.
+/// One member of a consumer group (public as
+/// [`crate::testing::GroupMember`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GroupMember {
+pub struct GroupMember {
     /// The member's `client.id`.
-    pub(crate) client_id: String,
-    /// The partitions the member owns now.
-    pub(crate) assignment: Vec<(String, i32)>,
+    pub client_id: String,
+    /// The partitions the member owns now, as (topic, partition).
+    pub assignment: Vec<(String, i32)>,
 }
 
 /// Frees what librdkafka allocated for one call, however it ends.

@@ -73,8 +73,9 @@ mod container;
 mod records;
 mod topics;
 
+pub use crate::runtime::group_describe::GroupMember;
 pub use records::{Isolation, ReadRecord};
-pub use topics::transaction_state_partition;
+pub use topics::{group_members, transaction_state_partition};
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -214,6 +214,29 @@ impl TestBroker {
     }
 }
 
+/// The members of consumer group `group` on the broker at
+/// `bootstrap_servers` and the partitions each owns now, under either
+/// group protocol (KIP-848's `consumer` groups are described with
+/// `ConsumerGroupDescribe`, classic ones with `DescribeGroups`): to wait
+/// until an application's group has settled, for example. An unknown or
+/// empty group has no members.
+///
+/// # Errors
+///
+/// When the client cannot be created or the broker does not answer
+/// within `timeout`, with the reason.
+pub fn group_members(
+    bootstrap_servers: &str,
+    group: &str,
+    timeout: Duration,
+) -> Result<Vec<super::GroupMember>, String> {
+    let client: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap_servers)
+        .create()
+        .map_err(|e| format!("creating the admin client: {e}"))?;
+    crate::runtime::group_describe::describe_group(client.inner(), group, timeout)
+}
+
 /// The `__transaction_state` partition of `transactional_id` among
 /// `partitions`, as the broker computes it (Java's `String.hashCode`, then
 /// `Utils.abs(hash) % partitions`).
