@@ -4,6 +4,12 @@
 //! child process: `weir-bench weir …`, `weir-bench raw …`, or the JVM of
 //! bench/kafka-streams) and regenerates BENCHMARKS.md and its chart.
 
+// The Weir child runs with the allocator the `weir` binary uses (the
+// `mimalloc` feature, on by default; see src/main.rs).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod ceiling;
 mod chart;
 mod dcmon;
