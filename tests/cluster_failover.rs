@@ -94,7 +94,13 @@ impl Drop for OwnCluster {
             |_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/weir"),
             PathBuf::from,
         );
-        let _ = std::fs::remove_dir_all(cache.join(format!("cluster-{}", self.port)));
+        let dir = cache.join(format!("cluster-{}", self.port));
+        if std::thread::panicking() {
+            // The brokers' logs say why a restart or a count went wrong.
+            println!("kept the cluster's logs and data in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
