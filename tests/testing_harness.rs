@@ -4,6 +4,8 @@
 //! topology test written as the module docs show it; and describing an
 //! application's consumer group.
 
+mod common;
+
 use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -137,17 +139,16 @@ fn group_members_shows_each_stream_thread_and_its_partitions() {
     let mut app = KafkaStreams::new(builder.build().unwrap(), config).unwrap();
     app.start().unwrap();
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let members = loop {
-        let members =
+    let members = common::counting::wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        &mut [],
+        || {
             testing::group_members(kafka.bootstrap_servers(), &app_id, Duration::from_secs(10))
-                .expect("describing the group");
-        let settled = members.len() == 2 && members.iter().all(|m| m.assignment.len() == 1);
-        if settled || std::time::Instant::now() > deadline {
-            break members;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+                .expect("describing the group")
+        },
+        |members| members.len() == 2 && members.iter().all(|m| m.assignment.len() == 1),
+    );
     assert!(app.close(Duration::from_secs(30)));
     assert_eq!(members.len(), 2, "members: {members:?}");
     let mut owned: Vec<(String, i32)> = members
